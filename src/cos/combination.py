@@ -1,0 +1,187 @@
+"""Combination functions: members' logits -> the combined distribution r (ALGORITHM.md §2).
+
+Every combination declares its `space`:
+- `probs`: each member's logits are processed into p_i, then mixed in probability space;
+- `logits`: each member's logits are processed, combined, then softmax;
+- `raw-logits`: raw logits are combined first, then processed, then softmax.
+
+Arguments always arrive in config order [model, extra_1, extra_2, ...], whatever the proposer order.
+`Combination.distribution` returns r as float32 probabilities [..., V].
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .sampling import SamplingParams, process_logits, to_probs
+
+SPACES = ("probs", "logits", "raw-logits")
+
+
+@dataclass
+class Combination:
+    """r = f(l_1..l_n). Subclasses implement `combine` in their declared space."""
+
+    n_members: int = 2
+    space: str = field(default="probs", init=False)
+
+    def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def distribution(self, member_logits: Sequence[torch.Tensor], params: SamplingParams) -> torch.Tensor:
+        """r as probabilities [..., V] from raw member logits, each [..., V], in config order."""
+        assert len(member_logits) == self.n_members, (len(member_logits), self.n_members)
+        if self.space == "probs":
+            r = self.combine([to_probs(l, params) for l in member_logits])
+            return r / r.sum(-1, keepdim=True)
+        if self.space == "logits":
+            return self.combine([process_logits(l, params) for l in member_logits]).softmax(-1)
+        return process_logits(self.combine([l.float() for l in member_logits]), params).softmax(-1)
+
+
+def _check_space(space: str) -> str:
+    if space not in SPACES:
+        raise ValueError(f"unknown combination space {space!r}: use one of {', '.join(SPACES)}")
+    return space
+
+
+@dataclass
+class WeightedEnsemble(Combination):
+    """Weighted ensemble, r = Σ w_i p_i (Fu et al. 2025, §3.1, eq. 2). Weights are never replaced."""
+
+    weights: Sequence[float] = (0.5, 0.5)
+
+    def __post_init__(self) -> None:
+        self.space = "probs"
+        w = [float(x) for x in self.weights]
+        if len(w) != self.n_members:
+            raise ValueError(f"weighted ensemble: {len(w)} weights for {self.n_members} members; give one per member")
+        if any(x < 0 for x in w):
+            raise ValueError(f"weighted ensemble: weights must be >= 0, got {w}")
+        if abs(sum(w) - 1.0) > 1e-6:
+            raise ValueError(f"weighted ensemble: weights must sum to 1, got {w} (sum {sum(w):g})")
+        self.weights = tuple(w)
+
+    @classmethod
+    def two_member(cls, lam: float) -> "WeightedEnsemble":
+        """The reference code's form: r = (1-λ) p_model + λ p_extra."""
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"lambda must be in [0, 1], got {lam}")
+        return cls(n_members=2, weights=(1.0 - lam, lam))
+
+    def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        return sum(w * p for w, p in zip(self.weights, values))
+
+
+@dataclass
+class Mean(WeightedEnsemble):
+    """Plain mean of n members' distributions, r = (1/n) Σ p_i."""
+
+    def __post_init__(self) -> None:
+        self.weights = tuple([1.0 / self.n_members] * self.n_members)
+        super().__post_init__()
+
+
+@dataclass
+class Contrastive(Combination):
+    """Contrastive decoding, s = l_expert - α l_amateur (Li et al. 2023; Fu et al. 2025 §3.1).
+
+    Members in config order [expert, amateur]. `plausibility` β > 0 applies the O'Brien & Lewis cut:
+    tokens with p_expert < β · max p_expert get -inf (off by default, as in the paper's settings).
+    """
+
+    alpha: float = 0.1
+    plausibility: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.space = "raw-logits"
+        if self.n_members != 2:
+            raise ValueError(f"contrastive decoding takes 2 members [expert, amateur], got {self.n_members}")
+        if self.alpha < 0:
+            raise ValueError(f"contrastive alpha must be >= 0, got {self.alpha}")
+        if not 0.0 <= self.plausibility < 1.0:
+            raise ValueError(f"plausibility must be in [0, 1), got {self.plausibility}")
+
+    def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        expert, amateur = values
+        s = expert - self.alpha * amateur
+        if self.plausibility > 0:
+            logp = expert.log_softmax(-1)
+            cut = logp < logp.max(-1, keepdim=True).values + torch.log(torch.tensor(self.plausibility))
+            s = s.masked_fill(cut, float("-inf"))
+        return s
+
+
+@dataclass
+class ProxyTuning(Combination):
+    """Proxy-tuning, l_base + l_tuned - l_untuned (Liu et al. 2024). Order [base, tuned, untuned]."""
+
+    def __post_init__(self) -> None:
+        self.space = "raw-logits"
+        if self.n_members != 3:
+            raise ValueError(f"proxy-tuning takes 3 members [base, tuned, untuned], got {self.n_members}")
+
+    def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        base, tuned, untuned = values
+        return base + tuned - untuned
+
+
+@dataclass
+class Realignment(Combination):
+    """Decoding-time realignment, l_ref + λ (l_aligned - l_ref) (Liu et al. 2024). Order [ref, aligned]."""
+
+    lam: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.space = "raw-logits"
+        if self.n_members != 2:
+            raise ValueError(f"realignment takes 2 members [ref, aligned], got {self.n_members}")
+
+    def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        ref, aligned = values
+        return ref + self.lam * (aligned - ref)
+
+
+@dataclass
+class Custom(Combination):
+    """Any callable f([v_model, v_extra_1, ...], **kwargs) -> tensor, in its declared space.
+
+    In `probs` space f returns (unnormalised) probabilities; otherwise it returns logits.
+    """
+
+    fn: Callable[..., torch.Tensor] | None = None
+    declared_space: str = "logits"
+    kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.space = _check_space(self.declared_space)
+        if not callable(self.fn):
+            raise ValueError(f"custom combination needs a callable, got {self.fn!r}")
+
+    def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
+        return self.fn(list(values), **self.kwargs)
+
+
+def import_callable(target: str) -> Callable[..., torch.Tensor]:
+    """'package.module:function' or 'package.module.function' -> the callable, with a clear error."""
+    module_name, _, attr = target.partition(":") if ":" in target else target.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"combination target {target!r} must look like 'package.module:function'")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"cannot import combination {target!r}: {e}") from e
+    if not callable(fn):
+        raise ValueError(f"combination target {target!r} is not callable")
+    return fn
+
+
+class Single(WeightedEnsemble):
+    """One member alone (large_model, sd): r = p_target."""
+
+    def __init__(self) -> None:
+        super().__init__(n_members=1, weights=(1.0,))

@@ -1,0 +1,172 @@
+"""The public entry point: members + a validated plan -> text, tokens and statistics.
+
+    engine = Engine.from_pretrained(["Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"],
+                                    method="cd_chef", alpha=0.1, gamma=[1, 5])
+    out = engine.generate("def fib(n):", max_new_tokens=64, temperature=0)
+    print(out.text, out.stats.tokens_per_second)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .loading import check_vocabularies, load_member, load_tokenizer
+from .member import Member
+from .methods.alternate import AlternateLoop
+from .methods.speculative import SpeculativeLoop
+from .methods.standard import standard_round
+from .methods.state import DecodeState
+from .plan import LOOPS, Plan, make_plan
+from .presets import make_combination
+from .sampling import SamplingParams
+from .stats import GenerationStats, MemberUsage, predict_speedup
+from .stopping import Stopper
+
+
+@dataclass
+class Generation:
+    text: str
+    tokens: list[int]
+    stats: GenerationStats
+
+
+def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, proposer=None, bonus="none",
+                     **combination_kwargs) -> Plan:
+    """make_plan with the combination named by the method prefix (we_*, cd_*) or given explicitly."""
+    if method not in LOOPS:
+        raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
+    kind = method.split("_")[0]
+    if combination is None and kind in ("we", "cd"):
+        combination = make_combination(kind, n_members, **combination_kwargs)
+    elif isinstance(combination, str):
+        combination = make_combination(combination, n_members, **combination_kwargs)
+    return make_plan(method, n_members, combination, gamma, proposer, bonus)
+
+
+class Engine:
+    def __init__(self, members: Sequence[Member], plan: Plan, tokenizer=None) -> None:
+        if len(members) != plan.n_members:
+            raise ValueError(f"method {plan.method} was planned for {plan.n_members} members, got {len(members)}")
+        check_vocabularies(members)
+        self.members = list(members)
+        self.plan = plan.resolve([m.n_params for m in members])
+        self.tokenizer = tokenizer
+        self.device = self.members[0].device  # where r is computed and tokens are drawn
+        positions = [m.max_positions for m in members if m.max_positions]
+        self.context_window = min(positions) if positions else None
+
+    @classmethod
+    def from_pretrained(cls, paths: Sequence[str], method: str = "we", *, device="auto", dtype="float32",
+                        tokenizer: str | None = None, **method_kwargs) -> "Engine":
+        """Load members (config order) from folders or hub ids. The method is validated first.
+
+        device / dtype: one value, or a list with one entry per member (e.g. two GPUs).
+        """
+        plan = plan_from_kwargs(method, len(paths), **method_kwargs)
+        devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
+        dtypes = dtype if isinstance(dtype, (list, tuple)) else [dtype] * len(paths)
+        tokenizers = [load_tokenizer(p) for p in paths]
+        members = [load_member(p, dv, dt) for p, dv, dt in zip(paths, devices, dtypes)]
+        check_vocabularies(members, tokenizers)
+        return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0])
+
+    # ---------------------------------------------------------------- generation
+    def generate(self, prompt: str | Sequence[int], **options) -> Generation:
+        """Generate until max_new_tokens / EOS / a stop string. Options as in `stream`."""
+        for _ in self.stream_tokens(prompt, **options):
+            pass
+        return self.last
+
+    def stream(self, prompt: str | Sequence[int], **options) -> Iterator[str]:
+        """Yield text pieces as tokens are committed (needs a tokenizer). `self.last` holds the result."""
+        shown = ""
+        for _ in self.stream_tokens(prompt, **options):
+            text = self._stopper.text()
+            yield text[len(shown):]
+            shown = text
+
+    def stream_tokens(self, prompt: str | Sequence[int], *, max_new_tokens: int = 128, temperature: float = 1.0,
+                      top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop: Sequence[str] = (),
+                      eos_token_ids: Sequence[int] | None = None) -> Iterator[list[int]]:
+        """Yield the tokens committed by each round."""
+        params = SamplingParams(temperature, top_k, top_p)
+        prompt_ids = self._encode(prompt)
+        max_new_tokens = self._fit_context(prompt_ids, max_new_tokens)
+        decode = (lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)) if self.tokenizer else None
+        self._stopper = Stopper(max_new_tokens, frozenset(self._eos(eos_token_ids)), tuple(stop), decode)
+        st, loop = self._start(prompt_ids, params, seed)
+        started = time.perf_counter()
+        while not st.done:
+            emitted = loop()
+            if emitted:
+                yield emitted
+        self.last = self._finish(st, time.perf_counter() - started)
+
+    # ---------------------------------------------------------------- internals
+    def _start(self, prompt_ids: list[int], params: SamplingParams, seed: int):
+        plan = self.plan
+        seq = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
+        for m in self.members:
+            m.prefill(seq)
+        generator = None if params.greedy else torch.Generator(device=self.device).manual_seed(seed)
+        in_combination = [self.members[0]] if plan.loop == "sd" else self.members
+        draft_model = self.members[1] if plan.loop == "sd" else None
+        stats = GenerationStats(method=plan.method, gamma=plan.gammas, proposer=plan.proposer,
+                                bonus=plan.bonus if plan.loop == "naive" else "")
+        st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
+        if plan.loop == "standard":
+            return st, lambda: standard_round(st)
+        if plan.loop == "cos":
+            return st, AlternateLoop(st, plan.gammas, plan.proposer).round
+        proposer = None if plan.loop == "sd" else plan.proposer
+        return st, SpeculativeLoop(st, proposer, plan.gammas[plan.proposer], plan.bonus).round
+
+    def _finish(self, st: DecodeState, seconds: float) -> Generation:
+        for m in self.members:
+            m.stats.finish()
+        st.stats.members = [MemberUsage(m.name, m.stats.calls, m.stats.tokens, m.stats.seconds) for m in self.members]
+        st.stats.new_tokens = len(self._stopper.tokens)
+        st.stats.wall_seconds = seconds
+        st.stats.stop_reason = self._stopper.reason
+        st.stats.predicted_speedup = predict_speedup(st.stats, self.plan.loop)
+        return Generation(self._stopper.text(), list(self._stopper.tokens), st.stats)
+
+    def _encode(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("a text prompt needs a tokenizer: load members with one or pass token ids")
+            ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("empty prompt: give at least one token of context")
+        vocab = self.members[0].vocab_size
+        if any(not 0 <= t < vocab for t in ids):
+            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        return ids
+
+    def _fit_context(self, prompt_ids: list[int], max_new_tokens: int) -> int:
+        if self.context_window is None:
+            return max_new_tokens
+        room = self.context_window - len(prompt_ids)
+        if room < 1:
+            raise ValueError(
+                f"prompt of {len(prompt_ids)} tokens does not fit the context window of {self.context_window} "
+                f"tokens (smallest among members): shorten it (e.g. max_prompt_len) or use fewer few-shot examples"
+            )
+        return min(max_new_tokens, room)
+
+    def _eos(self, eos_token_ids: Sequence[int] | None) -> set[int]:
+        if eos_token_ids is not None:
+            return set(eos_token_ids)
+        ids: set[int] = set()
+        for m in self.members:
+            eos = getattr(m.model.generation_config, "eos_token_id", None)
+            ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids

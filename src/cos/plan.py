@@ -1,0 +1,107 @@
+"""Method names -> what runs (ALGORITHM.md §4), validated before any model is loaded or run.
+
+| method | loop | combination over | proposer |
+|---|---|---|---|
+| large_model | standard | [model] | - |
+| sd | sd | [target] (draft outside) | the draft model |
+| we, cd, custom | standard | all members | - |
+| we_sd, cd_sd, custom_sd | naive | all members | fixed, default the smallest member |
+| we_chef, cd_chef, custom_chef | cos | all members | alternating; default = largest γ |
+
+gamma: an int, or a list with one entry per member in config order. For `cos`, an int γ means the
+paper's setting: the default proposer drafts γ, every other member 1 (never "γ for everyone", which
+made the LARGE model the default proposer in the reference code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .combination import Combination, Single
+
+LOOPS = {
+    "large_model": "standard",
+    "we": "standard",
+    "cd": "standard",
+    "custom": "standard",
+    "sd": "sd",
+    "we_sd": "naive",
+    "cd_sd": "naive",
+    "custom_sd": "naive",
+    "we_chef": "cos",
+    "cd_chef": "cos",
+    "custom_chef": "cos",
+}
+BONUS_MODES = ("none", "exact")
+
+
+@dataclass
+class Plan:
+    method: str
+    loop: str  # standard | sd | naive | cos
+    combination: Combination
+    n_members: int  # members loaded, config order (sd: [target, draft])
+    gamma: int | list[int]
+    proposer: int | None = None  # None = not yet resolved (smallest member)
+    bonus: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.method not in LOOPS:
+            raise ValueError(f"unknown method {self.method!r}: use one of {', '.join(LOOPS)}")
+        if self.bonus not in BONUS_MODES:
+            raise ValueError(f"unknown bonus mode {self.bonus!r}: use one of {', '.join(BONUS_MODES)}")
+        expected = {"standard": self.combination.n_members, "sd": 2}.get(self.loop, self.combination.n_members)
+        if self.n_members != expected:
+            raise ValueError(f"method {self.method} needs {expected} members, got {self.n_members}")
+        if self.loop == "sd" and not isinstance(self.combination, Single):
+            raise ValueError("method sd verifies against the target alone; it takes no combination")
+        gammas = [self.gamma] if isinstance(self.gamma, int) else list(self.gamma)
+        if not isinstance(self.gamma, int) and len(gammas) != self.n_members:
+            raise ValueError(
+                f"gamma {gammas} has {len(gammas)} entries for {self.n_members} members; "
+                f"give one per member in config order, or one int"
+            )
+        if any(not isinstance(g, int) or g < 1 for g in gammas):
+            raise ValueError(f"gamma must be an int >= 1 (or a list of them), got {self.gamma}")
+        if self.proposer is not None and not 0 <= self.proposer < self.n_members:
+            raise ValueError(f"proposer index {self.proposer} out of range for {self.n_members} members")
+        if self.loop == "sd" and self.proposer not in (None, 1):
+            raise ValueError("method sd: the proposer is the draft model (member 1)")
+
+    def resolve(self, member_sizes: Sequence[int]) -> "Plan":
+        """Fix the default proposer once member sizes are known (parameter counts, config order)."""
+        if self.loop == "sd":
+            self.proposer = 1
+        elif self.loop == "cos" and not isinstance(self.gamma, int) and self.proposer is None:
+            self.proposer = max(range(self.n_members), key=lambda i: (self.gamma[i], -i))
+        elif self.loop in ("naive", "cos") and self.proposer is None:
+            self.proposer = min(range(self.n_members), key=lambda i: (member_sizes[i], i))
+        return self
+
+    @property
+    def gammas(self) -> list[int]:
+        """γ per member, config order (int γ: the proposer's; others 1)."""
+        if not isinstance(self.gamma, int):
+            return list(self.gamma)
+        return [self.gamma if i == self.proposer else 1 for i in range(self.n_members)]
+
+
+def make_plan(
+    method: str,
+    n_members: int,
+    combination: Combination | None = None,
+    gamma: int | Sequence[int] = 5,
+    proposer: int | None = None,
+    bonus: str = "none",
+) -> Plan:
+    """Validate a method configuration. Collaborative methods need a combination."""
+    if method not in LOOPS:
+        raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
+    loop = LOOPS[method]
+    if method in ("large_model", "sd"):
+        combination = Single()
+    elif combination is None:
+        raise ValueError(f"method {method} needs a combination (weighted ensemble, contrastive, ...)")
+    gamma = gamma if isinstance(gamma, int) else [int(g) for g in gamma]
+    return Plan(method, loop, combination, n_members, gamma, proposer, bonus)

@@ -1,0 +1,52 @@
+"""One proposer interface (STYLE.md 4): `propose(seq, k) -> Draft`.
+
+A member drafting autoregressively is the only proposer the methods need today; a separate draft
+model is just a member that is not part of the combination, and an n-gram proposer would return a
+Draft with `logits=None`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from .member import Member
+from .sampling import SamplingParams, pick, to_probs
+
+
+@dataclass
+class Draft:
+    tokens: torch.Tensor  # [k] token ids, on the decoding device
+    q: torch.Tensor | None  # [k, V] the distributions the tokens were drawn from (None if greedy)
+    logits: torch.Tensor | None  # [k, V] the proposer's raw logits at the draft positions
+
+
+class Proposer(Protocol):
+    def propose(self, seq: torch.Tensor, k: int) -> Draft: ...
+
+
+class MemberProposer:
+    """Drafts k tokens from a member's own sampling distribution, conditioned on all of `seq`."""
+
+    def __init__(self, member: Member, params: SamplingParams, generator: torch.Generator | None) -> None:
+        self.member = member
+        self.params = params
+        self.generator = generator
+
+    def propose(self, seq: torch.Tensor, k: int) -> Draft:
+        tokens, qs, logits = [], [], []
+        for _ in range(k):
+            l = self.member.score(seq, 1)[0].to(seq.device)  # [V]
+            q = None if self.params.greedy else to_probs(l, self.params)
+            token = l.argmax(-1) if q is None else pick(q, False, self.generator)
+            seq = torch.cat([seq, token.view(1)])
+            tokens.append(token)
+            logits.append(l)
+            qs.append(q)
+        return Draft(
+            tokens=torch.stack(tokens),
+            q=None if self.params.greedy else torch.stack(qs),
+            logits=torch.stack(logits),
+        )

@@ -1,0 +1,49 @@
+"""Tiny random-initialised members built from a config at test time: no download, fp32, CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from cos.member import Member
+
+VOCAB = 64
+
+
+def tiny_model(seed: int, vocab: int = VOCAB, hidden: int = 32, layers: int = 2) -> LlamaForCausalLM:
+    """A deterministic tiny Llama. A large init range spreads the logits so argmax ties are rare."""
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, initializer_range=0.3, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
+
+
+def perturbed(model: LlamaForCausalLM, seed: int, scale: float) -> LlamaForCausalLM:
+    """A copy of `model` with Gaussian noise on every weight: partial agreement with the original."""
+    copy = tiny_model(0, model.config.vocab_size, model.config.hidden_size, model.config.num_hidden_layers)
+    copy.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in copy.parameters():
+            p.add_(scale * p.std() * torch.randn(p.shape, generator=gen))
+    return copy
+
+
+@pytest.fixture(scope="session")
+def models():
+    """Named tiny models: a base, an identical copy, a close relative, a stranger, a third member."""
+    base = tiny_model(1)
+    twin = tiny_model(1)
+    return {
+        "base": base,
+        "twin": twin,
+        "close": perturbed(base, seed=7, scale=0.3),
+        "stranger": tiny_model(2),
+        "third": perturbed(base, seed=11, scale=0.6),
+    }
+
+
+def members(*models) -> list[Member]:
+    return [Member(m, name=f"m{i}") for i, m in enumerate(models)]
