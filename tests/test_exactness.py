@@ -1,0 +1,112 @@
+"""Greedy exactness: every accelerated method reproduces the naive reference token for token.
+
+fp32, CPU, tiny random members, 64 new tokens. The three regimes are built in: the proposer
+identical to the verifier (everything accepted), an unrelated proposer (almost nothing accepted),
+and a close relative (partial acceptance). Where floating point could flip a near-tie, HF's rule
+applies: equal, or the reference's logits at the first divergence are allclose for both tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import members
+from cos import Engine, SamplingParams, make_combination, make_plan
+from cos.methods.reference import reference_generate
+
+PROMPT = [3, 17, 42, 8, 23]
+N_NEW = 64
+GREEDY = SamplingParams(temperature=0)
+
+
+def assert_same_greedy(out: list[int], ref: list[int], models, combination) -> None:
+    if out == ref:
+        return
+    i = next(i for i, (a, b) in enumerate(zip(out, ref)) if a != b)
+    # HF's rule: a divergence is a floating-point near-tie iff r gives both tokens the same score
+    seq = torch.tensor(PROMPT + ref[:i])
+    logits = [m(input_ids=seq[None]).logits[0, -1:] for m in models]
+    r = combination.distribution(logits, SamplingParams(1.0))[0]
+    assert torch.allclose(r[out[i]], r[ref[i]], rtol=1e-4), f"diverged at token {i}: {out[i]} vs {ref[i]}"
+
+
+_references: dict = {}
+
+
+def reference(models_in_order, combination) -> list[int]:
+    """The naive reference, computed once per (models, combination) for the whole module."""
+    key = (tuple(id(m) for m in models_in_order), repr(combination))
+    if key not in _references:
+        _references[key] = reference_generate(models_in_order, combination, PROMPT, N_NEW, GREEDY)
+    return _references[key]
+
+
+def run(models_in_order, method, gamma, proposer=None, bonus="none", **combo):
+    n = len(models_in_order)
+    combination = None if method in ("sd", "large_model") else make_combination(method.split("_")[0], n, **combo)
+    plan = make_plan(method, n, combination, gamma, proposer, bonus)
+    engine = Engine(members(*models_in_order), plan)
+    return engine.generate(PROMPT, max_new_tokens=N_NEW, temperature=0, eos_token_ids=[]), plan
+
+
+REGIMES = {"all_accepted": "twin", "partial": "close", "nothing_accepted": "stranger"}
+TWO = [("we_sd", 5, "none"), ("we_sd", 1, "exact"), ("we_sd", 5, "exact"), ("cd_sd", 3, "none"),
+       ("cd_sd", [1, 5], "exact"), ("we_chef", 1, "none"), ("we_chef", 5, "none"), ("we_chef", [1, 5], "none"),
+       ("we_chef", [5, 1], "none"), ("cd_chef", [1, 5], "none"), ("cd_chef", 5, "none"), ("cd_chef", [3, 2], "none")]
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("method,gamma,bonus", TWO)
+def test_two_members_equal_reference(models, regime, method, gamma, bonus):
+    pair = [models["base"], models[REGIMES[regime]]]
+    out, plan = run(pair, method, gamma, proposer=1 if method.endswith("_sd") else None, bonus=bonus)
+    ref = reference(pair, plan.combination)
+    assert len(out.tokens) == N_NEW
+    assert_same_greedy(out.tokens, ref, pair, plan.combination)
+    rate = out.stats.acceptance_rate
+    if regime == "all_accepted":
+        assert rate == 1.0  # identical members: argmax r = each member's argmax, every draft accepted
+    if regime == "nothing_accepted" and method.startswith("cd") and plan.proposer == 1:
+        assert rate < 0.5  # (a WE proposer of weight λ keeps acceptance >= λ, Thm 3.2)
+
+
+THREE = [("we_sd", 5), ("we_sd", [1, 1, 3]), ("we_chef", [1, 1, 1]), ("we_chef", [3, 2, 1]),
+         ("we_chef", [1, 5, 2]), ("we_chef", 4)]
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("method,gamma", THREE)
+def test_three_members_equal_reference(models, regime, method, gamma):
+    trio = [models["base"], models["third"], models[REGIMES[regime]]]
+    out, plan = run(trio, method, gamma, weights=[0.5, 0.2, 0.3])
+    ref = reference(trio, plan.combination)
+    assert_same_greedy(out.tokens, ref, trio, plan.combination)
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_sd_equals_plain_greedy_of_target(models, regime, gamma):
+    target, draft = models["base"], models[REGIMES[regime]]
+    out, plan = run([target, draft], "sd", gamma)
+    ref = reference([target], plan.combination)
+    assert out.tokens == ref
+    if regime == "all_accepted":
+        assert out.stats.acceptance_rate == 1.0 and out.stats.mean_acceptance_length == gamma + 1
+
+
+def test_standard_and_large_model_equal_reference(models):
+    pair = [models["base"], models["close"]]
+    for method in ("we", "cd"):
+        out, plan = run(pair, method, 1)
+        assert out.tokens == reference(pair, plan.combination)
+    out, plan = run([models["base"]], "large_model", 1)
+    assert out.tokens == reference([models["base"]], plan.combination)
+
+
+def test_regimes_are_what_they_claim(models):
+    """The partial regime really is partial, so the suite covers accepts and rejects in one run."""
+    out, _ = run([models["base"], models["close"]], "we_sd", 5, proposer=1)
+    assert 0.2 < out.stats.acceptance_rate < 0.95
+    out, _ = run([models["base"], models["stranger"]], "we_sd", 5, proposer=1)
+    assert out.stats.acceptance_rate < 0.5
