@@ -43,28 +43,21 @@ def verify_block(
     k = draft.shape[0]
     assert r.dim() == 2 and r.shape[0] in (k, k + 1), (tuple(draft.shape), tuple(r.shape))
     has_bonus_row = r.shape[0] == k + 1
-    rows = torch.arange(k, device=r.device)
     if greedy:
-        target = r.argmax(-1)  # [k(+1)]
+        target = r.argmax(-1)  # [k(+1)]: the residual and the bonus are argmax r
         accepted = draft == target[:k]
-        next_rows = target  # residual = argmax r; bonus = argmax r
-    else:
-        assert q is not None and q.shape == (k, r.shape[1]), "sampling needs q of shape [k, V]"
-        u = torch.rand(k, generator=generator, device=r.device, dtype=r.dtype)
-        r_x = r[rows, draft]
-        q_x = q[rows, draft]
-        accepted = u * q_x < r_x  # P(accept) = min(1, r(x)/q(x))
-        dists = residual_distribution(r[:k], q)  # [k, V]
-        if has_bonus_row:
-            dists = torch.cat([dists, r[k:]], dim=0)
-        next_rows = None
-    n_accepted = accepted.long().cumprod(0).sum()  # accepted prefix length, stays on device
-    if greedy:
-        padded = torch.cat([next_rows, next_rows.new_full((1 if not has_bonus_row else 0,), NO_TOKEN)])
-        return n_accepted, padded[n_accepted]
-    # draw only the one row that is used (index n_accepted) without reading it on the host
+        candidates = target if has_bonus_row else torch.cat([target, target.new_full((1,), NO_TOKEN)])
+        n_accepted = accepted.long().cumprod(0).sum()  # accepted prefix length, stays on device
+        return n_accepted, candidates[n_accepted]
+    assert q is not None and q.shape == (k, r.shape[1]), "sampling needs q of shape [k, V]"
+    rows = torch.arange(k, device=r.device)
+    u = torch.rand(k, generator=generator, device=r.device, dtype=r.dtype)
+    accepted = u * q[rows, draft] < r[rows, draft]  # P(accept) = min(1, r(x)/q(x))
+    n_accepted = accepted.long().cumprod(0).sum()
+    # the distribution the next token comes from: a residual row, or the bonus row (or a dummy
+    # row when there is none); only row n_accepted is drawn, without reading it on the host
+    dists = [residual_distribution(r[:k], q), r[k:] if has_bonus_row else torch.ones_like(r[:1]) / r.shape[1]]
+    token = sample(torch.cat(dists).index_select(0, n_accepted.view(1)), generator)[0]
     if not has_bonus_row:
-        dists = torch.cat([dists, torch.full_like(dists[:1], 1.0 / dists.shape[1])], dim=0)
-    token = sample(dists.index_select(0, n_accepted.view(1)), generator)[0]
-    no_token = ~torch.as_tensor(has_bonus_row, device=r.device) & (n_accepted == k)
-    return n_accepted, torch.where(no_token, torch.full_like(token, NO_TOKEN), token)
+        token = torch.where(n_accepted == k, torch.full_like(token, NO_TOKEN), token)
+    return n_accepted, token
