@@ -1,0 +1,171 @@
+"""Side-by-side speed of every method on a real pair, one process, same prompts (a benchmark, not a test).
+
+    python scripts/bench_real.py                                  # packaged Qwen2.5-Coder 1.5B + 0.5B
+    python scripts/bench_real.py --datasets humaneval gsm8k --prompts 3 --temperatures 0 1 --repeats 3
+
+Members in config order [model = 1.5B (expert / target), extra = 0.5B (amateur / draft)]. For each
+dataset x temperature, every method runs on the same prompts after a warm-up; a row reports tokens/s
+(total tokens / total time, median over repeats), speedup over the method's standard counterpart
+measured in the same run, acceptance α, cost ratio c, the speedup ALGORITHM.md §6 predicts and
+measured / predicted. Peers from transformers run beside ours: assisted generation (`assistant_model`)
+against `sd`, and `assistant_ensemble_weight` against `we_sd`. Under greedy decoding every
+accelerated method's text must equal its standard method's; exceptions are listed with the first
+differing position. Rows are appended to --out (jsonl) as they are produced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from cos import Engine
+from cos.datasets import get_dataset
+from cos.engine import plan_from_kwargs
+from cos.loading import load_member, load_tokenizer
+from cos.models.packaged import packaged_model_dir
+
+BASELINE = {"we": "we", "we_sd": "we", "we_chef": "we", "cd": "cd", "cd_sd": "cd", "cd_chef": "cd",
+            "large_model": "large_model", "sd": "large_model", "hf_assisted": "large_model", "hf_ensemble": "we"}
+METHODS = {  # name -> plan kwargs
+    "large_model": dict(method="large_model"),
+    "sd": dict(method="sd", gamma=5),
+    "cd": dict(method="cd", alpha=0.1),
+    "cd_sd": dict(method="cd_sd", alpha=0.1, gamma=5, proposer=1, bonus="none"),
+    "cd_sd_exact": dict(method="cd_sd", alpha=0.1, gamma=5, proposer=1, bonus="exact"),
+    "cd_chef": dict(method="cd_chef", alpha=0.1, gamma=[1, 5]),
+    "we": dict(method="we", lam=0.5),
+    "we_sd": dict(method="we_sd", lam=0.5, gamma=5, proposer=1, bonus="none"),
+    "we_sd_exact": dict(method="we_sd", lam=0.5, gamma=5, proposer=1, bonus="exact"),
+    "we_chef": dict(method="we_chef", lam=0.5, gamma=[1, 5]),
+}
+
+
+def model_dir(name: str) -> str:
+    found = packaged_model_dir(name)
+    if found is None and not Path(name).is_dir():
+        raise SystemExit(f"error: model {name!r} not found: run `python -m cos.models pull {name}` or pass a folder")
+    return str(found or name)
+
+
+def hf_peer(target, draft, tok, prompt: str, max_new: int, temperature: float, weight: float | None, seed: int):
+    """transformers' own assisted generation on the same prompt; returns (tokens, seconds)."""
+    ids = tok(prompt, return_tensors="pt").input_ids
+    torch.manual_seed(seed)
+    kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new, assistant_model=draft,
+                  eos_token_id=list(target.generation_config.eos_token_id or []), pad_token_id=tok.pad_token_id)
+    if temperature > 0:
+        kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
+    if weight is not None:
+        kwargs["assistant_ensemble_weight"] = weight
+    start = time.perf_counter()
+    out = target.generate(ids, **kwargs)
+    return out[0, ids.shape[1]:].tolist(), time.perf_counter() - start
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--extra", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--datasets", nargs="+", default=["humaneval"])
+    ap.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS) + ["hf_assisted", "hf_ensemble"])
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--out", default="results/bench_real.jsonl")
+    args = ap.parse_args()
+    unknown = set(args.methods) - set(METHODS) - {"hf_assisted", "hf_ensemble"}
+    if unknown:
+        raise SystemExit(f"error: unknown methods {sorted(unknown)}; choose from {list(METHODS)} + hf_assisted, hf_ensemble")
+
+    paths = [model_dir(args.model), model_dir(args.extra)]
+    tok = load_tokenizer(paths[0])
+    members = [load_member(p, "cpu", args.dtype) for p in paths]
+    engines = {name: Engine(members if kw["method"] != "large_model" else members[:1],
+                            plan_from_kwargs(n_members=1 if kw["method"] == "large_model" else 2, **kw), tok)
+               for name, kw in METHODS.items() if name in args.methods}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for ds_name in args.datasets:
+        ds = get_dataset(ds_name)
+        path = Path(args.data_root) / ds_name
+        examples = ds.load(str(path) if path.exists() else None, args.prompts, seed=0)
+        for temperature in args.temperatures:
+            for name in args.methods:  # warm-up: one short generation per method, untimed
+                run_one(name, engines, members, tok, examples[0].prompt, 8, temperature, 0, ds.stop_strings)
+            results: dict[str, dict] = {}
+            for name in args.methods:
+                per_repeat, outputs, stats = [], [], []
+                for rep in range(args.repeats):
+                    tokens_total, seconds_total = 0, 0.0
+                    for i, ex in enumerate(examples):
+                        toks, secs, st = run_one(name, engines, members, tok, ex.prompt, args.max_new_tokens,
+                                                 temperature, i, ds.stop_strings)
+                        tokens_total += len(toks)
+                        seconds_total += secs
+                        if rep == 0:
+                            outputs.append(toks)
+                            stats.append(st)
+                    per_repeat.append(tokens_total / seconds_total)
+                results[name] = dict(tps=statistics.median(per_repeat), outputs=outputs, stats=stats)
+                print(f"[{ds_name} T={temperature}] {name}: {results[name]['tps']:.2f} tok/s", flush=True)
+            for name, res in results.items():
+                row = summarize(ds_name, temperature, name, res, results)
+                rows.append(row)
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+    print_table(rows)
+
+
+def run_one(name, engines, members, tok, prompt, max_new, temperature, seed, stop):
+    if name.startswith("hf_"):
+        weight = 0.5 if name == "hf_ensemble" else None
+        toks, secs = hf_peer(members[0].model, members[1].model, tok, prompt, max_new, temperature, weight, seed)
+        return toks, secs, None
+    out = engines[name].generate(prompt, max_new_tokens=max_new, temperature=temperature, seed=seed, stop=stop)
+    return out.tokens, out.stats.wall_seconds, out.stats
+
+
+def summarize(ds: str, temperature: float, name: str, res: dict, results: dict) -> dict:
+    base = BASELINE[name.replace("_exact", "")]
+    row = dict(dataset=ds, temperature=temperature, method=name, tokens_per_s=round(res["tps"], 3))
+    if base in results:
+        row["speedup"] = round(res["tps"] / results[base]["tps"], 3)
+        if temperature == 0 and name != base:
+            diffs = [(i, first_difference(a, b)) for i, (a, b) in enumerate(zip(res["outputs"], results[base]["outputs"]))]
+            row["greedy_mismatches"] = [dict(prompt=i, first_diff=d) for i, d in diffs if d is not None]
+    stats = [s for s in res["stats"] if s is not None]
+    if stats and stats[0].drafted is not None:
+        drafted, accepted = sum(s.drafted for s in stats), sum(s.accepted for s in stats)
+        preds = [s.predicted_speedup for s in stats if s.predicted_speedup]
+        costs = [s.cost_ratio for s in stats if s.cost_ratio]
+        row.update(alpha=round(accepted / drafted, 3) if drafted else None,
+                   c=round(statistics.median(costs), 3) if costs else None,
+                   predicted=round(statistics.median(preds), 3) if preds else None,
+                   mean_acceptance_length=round(1 + accepted / max(1, sum(s.rounds for s in stats)), 3))
+        if row.get("predicted") and row.get("speedup"):
+            row["measured_over_predicted"] = round(row["speedup"] / row["predicted"], 3)
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    cols = ["dataset", "temperature", "method", "tokens_per_s", "speedup", "alpha", "c", "predicted",
+            "measured_over_predicted", "mean_acceptance_length", "greedy_mismatches"]
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+
+
+if __name__ == "__main__":
+    main()
