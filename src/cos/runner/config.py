@@ -1,0 +1,191 @@
+"""A composed run configuration -> plain, checked arguments (STYLE.md 12).
+
+Hydra composes YAML at the entry points only; everything below them takes the dataclasses built
+here. Every check runs before any model is loaded; every failure is a ValueError whose one-line
+message names the key and what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..engine import plan_from_kwargs
+from ..plan import LOOPS, Plan
+from ..sampling import SamplingParams
+from .schema import check_keys
+
+# Member keys of each method family, in config order (ALGORITHM.md §4).
+MEMBER_KEYS = {"large_model": ("model",), "sd": ("model", "draft_model"), "we": ("model", "extra_model"),
+               "cd": ("model", "amateur_model"), "custom": ("model", "extra_model")}
+ALL_MEMBER_KEYS = ("model", "extra_model", "amateur_model", "draft_model")
+
+
+def family(method: str) -> str:
+    """large_model | sd | we | cd | custom: which members a method takes."""
+    return method if method in ("large_model", "sd") else method.split("_")[0]
+
+
+def standard_counterpart(method: str) -> str:
+    """The method a speculative method must reproduce (the speed baseline of compare_with=standard)."""
+    return "large_model" if family(method) in ("large_model", "sd") else family(method)
+
+
+def _int(name: str, value, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        limit = f" >= {minimum}" if minimum is not None else ""
+        raise ValueError(f"{name} must be an int{limit}, got {value!r}")
+    return value
+
+
+def _bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+@dataclass
+class MethodSpec:
+    """A method with its members (names as configured, config order) and plan arguments."""
+
+    method: str
+    members: list[str | None]
+    roles: list[str]  # the config key of each member, for messages: method.model, method.extra_model[1]
+    plan_kwargs: dict
+
+    def plan(self) -> Plan:
+        return plan_from_kwargs(self.method, len(self.members), **self.plan_kwargs)
+
+
+@dataclass
+class GenerateSpec:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("temperature", "top_p"):
+            if isinstance(getattr(self, key), bool) or not isinstance(getattr(self, key), (int, float)):
+                raise ValueError(f"method.generate.{key} must be a number, got {getattr(self, key)!r}")
+        _int("method.generate.top_k", self.top_k, 0)
+        if self.max_tokens is not None:
+            _int("method.generate.max_tokens", self.max_tokens, 1)
+        try:
+            SamplingParams(float(self.temperature), self.top_k, float(self.top_p))
+        except ValueError as e:
+            raise ValueError(f"method.generate: {e}") from None
+
+
+@dataclass
+class RunConfig:
+    """Everything main_dataset.py / main_case.py need, checked."""
+
+    dataset: dict  # name, size, use_fewshot, path, chat_template, options
+    method: MethodSpec
+    generate: GenerateSpec
+    baseline: MethodSpec | None = None  # compare_with
+    seed: int = 42
+    max_prompt_len: int = -1
+    devices: list = field(default_factory=lambda: ["auto"])  # one per member
+    dtypes: list = field(default_factory=lambda: ["float32"])
+    warmup: int = 1
+    progress: bool = True
+
+
+def method_spec(m: Mapping) -> MethodSpec:
+    """The method section -> members in config order + plan arguments (validated by `plan()`)."""
+    name = m.get("name")
+    if name not in LOOPS:
+        raise ValueError(f"unknown method {name!r}: use method=<config in configs/method> (methods: {', '.join(LOOPS)})")
+    keys = MEMBER_KEYS[family(name)]
+    for key in ALL_MEMBER_KEYS:
+        if key not in keys and m.get(key) is not None:
+            raise ValueError(f"method {name} takes members {' + '.join(keys)}: unset method.{key}")
+    members, roles = [m.get("model")], ["method.model"]
+    if len(keys) > 1:
+        extra = m.get(keys[1])
+        extras = extra if isinstance(extra, (list, tuple)) else [extra]
+        if keys[1] == "extra_model" and isinstance(extra, (list, tuple)):
+            roles += [f"method.extra_model[{i}]" for i in range(len(extras))]
+        else:
+            roles.append(f"method.{keys[1]}")
+        members += list(extras)
+    return MethodSpec(name, members, roles, _plan_kwargs(name, m))
+
+
+def _plan_kwargs(name: str, m: Mapping) -> dict:
+    loop = LOOPS[name]
+    gamma = m.get("gamma", 5)
+    entries = gamma if isinstance(gamma, (list, tuple)) else [gamma]
+    if any(isinstance(g, bool) or not isinstance(g, int) for g in entries):
+        raise ValueError(f"method.gamma must be an int or a list of ints (one per member), got {gamma!r}")
+    kw: dict = {"gamma": list(gamma) if isinstance(gamma, (list, tuple)) else gamma,
+                "bonus": m.get("bonus", "none")}
+    if loop == "standard":
+        kw["gamma"] = 1  # nothing is drafted: a speculative method's gamma does not apply
+    if loop in ("naive", "cos") and m.get("proposer") is not None:
+        kw["proposer"] = _int("method.proposer", m["proposer"], 0)
+    combination = m.get("combination")
+    if family(name) in ("large_model", "sd"):
+        return kw
+    if isinstance(combination, Mapping):
+        unknown = set(combination) - {"target", "space", "kwargs"}
+        if unknown:
+            raise ValueError(f"method.combination takes target, space, kwargs; unknown: {', '.join(sorted(unknown))}")
+        kw.update(combination="custom", target=combination.get("target"), space=combination.get("space", "logits"),
+                  kwargs=dict(combination.get("kwargs") or {}))
+    elif combination is not None:
+        kw["combination"] = combination
+    elif family(name) == "custom":
+        raise ValueError(f"method {name} needs method.combination: a preset (mean, proxy_tuning, realignment) "
+                         f"or {{target: module:function, space: probs|logits|raw-logits, kwargs: {{}}}}")
+    kw.update(lam=m.get("lambda"), weights=m.get("weights"), alpha=m.get("alpha", 0.1),
+              plausibility=m.get("plausibility", 0.0))
+    return kw
+
+
+def baseline_spec(m: Mapping, other: str) -> MethodSpec:
+    """compare_with: method `other` on the members of the method section `m` (large_model: the first)."""
+    name = m.get("name")
+    other = standard_counterpart(name) if other == "standard" else other
+    if other not in LOOPS:
+        raise ValueError(f"compare_with={other!r} is not a method: use standard or one of {', '.join(LOOPS)}")
+    if other == "large_model":
+        return method_spec({"name": other, "model": m.get("model")})
+    if family(other) != family(name):
+        raise ValueError(f"compare_with={other} cannot run on the members of method {name}: "
+                         f"use compare_with={standard_counterpart(name)} or large_model")
+    return method_spec({**m, "name": other})
+
+
+def _per_member(key: str, value, n: int) -> list:
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * n
+    if len(values) != n:
+        raise ValueError(f"{key} has {len(values)} entries for {n} members: give one value or one per member")
+    return [str(v) for v in values]
+
+
+def run_config(cfg: Mapping) -> RunConfig:
+    """Check a composed config (a plain dict) and return the run's arguments."""
+    check_keys(cfg)
+    spec = method_spec(cfg["method"])
+    spec.plan()  # method, gamma, weights, combination: all validated here, nothing loaded
+    generate = GenerateSpec(**cfg["method"].get("generate", {}))
+    baseline = baseline_spec(cfg["method"], cfg["compare_with"]) if cfg.get("compare_with") else None
+    if baseline is not None:
+        baseline.plan()
+    dataset = dict(cfg.get("dataset") or {})
+    for key in ("use_fewshot", "chat_template"):
+        dataset[key] = _bool(f"dataset.{key}", dataset.get(key, key == "use_fewshot"))
+    if not isinstance(dataset.get("options") or {}, Mapping):
+        raise ValueError(f"dataset.options must be a mapping, got {dataset['options']!r}")
+    max_prompt_len = _int("max_prompt_len", cfg.get("max_prompt_len", -1))
+    if max_prompt_len == 0 or max_prompt_len < -1:
+        raise ValueError(f"max_prompt_len must be -1 (whole prompt) or >= 1, got {max_prompt_len}")
+    n = len(spec.members)
+    return RunConfig(dataset=dataset, method=spec, generate=generate, baseline=baseline,
+                     seed=_int("seed", cfg.get("seed", 42), 0), max_prompt_len=max_prompt_len,
+                     devices=_per_member("device", cfg.get("device", "auto"), n),
+                     dtypes=_per_member("dtype", cfg.get("dtype", "float32"), n),
+                     warmup=_int("warmup", cfg.get("warmup", 1), 0), progress=_bool("progress", cfg.get("progress", True)))

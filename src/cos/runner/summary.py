@@ -1,0 +1,99 @@
+"""Per-prompt records -> one summary (summary.json), with vLLM's metric definitions (STYLE.md 13).
+
+Speed is decode speed: the engine's wall time from the first decoding step to the last committed
+token (prefill and tokenization excluded; `e2e_seconds` includes them). Two averages, because they
+differ when prompts differ in length: total tokens / total time, and the mean of per-prompt rates.
+acceptance rate = accepted / drafted; mean acceptance length = 1 + accepted / rounds (all prompts).
+predicted_speedup: ALGORITHM.md §6 from the run's measured α and per-call costs (stats.predict_speedup
+on the totals); measured_speedup: over the compare_with baseline in the same run, when there is one.
+"""
+
+from __future__ import annotations
+
+from ..plan import LOOPS
+from ..stats import GenerationStats, MemberUsage, predict_speedup
+from .compare import compare_summary
+
+
+def record_stats(generation, seconds_e2e: float) -> dict:
+    """The record fields taken from one Generation (see run.py for the rest)."""
+    s = generation.stats.as_dict()
+    return {
+        "tokens": s["new_tokens"], "token_ids": list(generation.tokens), "time": s["wall_seconds"],
+        "e2e_time": seconds_e2e, "tokens_per_second": s["tokens_per_second"], "rounds": s["rounds"],
+        "drafted": s["drafted"], "accepted": s["accepted"], "acceptance_rate": s["acceptance_rate"],
+        "mean_acceptance_length": s["mean_acceptance_length"], "cost_ratio": s["cost_ratio"],
+        "predicted_speedup": s["predicted_speedup"], "stop_reason": s["stop_reason"],
+        "gamma": s["gamma"], "proposer": s["proposer"], "bonus": s["bonus"], "members": s["members"],
+    }
+
+
+def total_stats(records: list[dict], method: str) -> GenerationStats:
+    """One GenerationStats summed over prompts (members: calls, tokens and seconds summed)."""
+    first = records[0]
+    members = [MemberUsage(m["name"], 0, 0, 0.0) for m in first["members"]]
+    for r in records:
+        for total, m in zip(members, r["members"]):
+            total.calls += m["calls"]
+            total.tokens += m["tokens"]
+            total.seconds += m["seconds"]
+    return GenerationStats(method=method, new_tokens=sum(r["tokens"] for r in records),
+                           wall_seconds=sum(r["time"] for r in records), rounds=sum(r["rounds"] for r in records),
+                           drafted=sum(r["drafted"] for r in records), accepted=sum(r["accepted"] for r in records),
+                           gamma=first["gamma"], proposer=first["proposer"], bonus=first["bonus"], members=members)
+
+
+def summarize(records: list[dict], *, method: str, quality: dict, selected: int, info: dict) -> dict:
+    """The summary of the records of one selection (`selected` prompts; complete when all are done)."""
+    summary = {**info, "method": method, "prompts": len(records), "selected": selected,
+               "complete": len(records) == selected, "quality": quality}
+    if not records:
+        return summary
+    totals = total_stats(records, method)
+    rates = [r["tokens_per_second"] for r in records]
+    predicted = predict_speedup(totals, LOOPS[method])
+    summary.update({
+        "new_tokens": totals.new_tokens,
+        "seconds": totals.wall_seconds,
+        "e2e_seconds": sum(r["e2e_time"] for r in records),
+        "tokens_per_second": totals.tokens_per_second,
+        "tokens_per_second_mean": sum(rates) / len(rates),
+        "rounds": totals.rounds,
+        "drafted": totals.drafted,
+        "accepted": totals.accepted,
+        "acceptance_rate": totals.acceptance_rate,
+        "mean_acceptance_length": totals.mean_acceptance_length,
+        "cost_ratio": totals.cost_ratio,
+        "gamma": totals.gamma if LOOPS[method] != "standard" else None,  # nothing drafted: no γ, no proposer
+        "proposer": totals.proposer if LOOPS[method] != "standard" else None,
+        "bonus": totals.bonus,
+        "predicted_speedup": predicted,
+        "measured_speedup": None,
+        "measured_over_predicted": None,
+        "compare_with": None,
+    })
+    if all("baseline" in r for r in records):
+        comparison = compare_summary(records, totals.tokens_per_second)
+        summary["compare_with"] = comparison
+        summary["measured_speedup"] = comparison["speedup"]
+        if comparison["speedup"] and predicted:
+            summary["measured_over_predicted"] = comparison["speedup"] / predicted  # the engine's own overhead
+    return summary
+
+
+def summary_lines(s: dict) -> list[str]:
+    """A short human-readable report of a summary."""
+    fmt = lambda v, spec=".3f": "-" if v is None else format(v, spec)
+    lines = [f"{s['method']} on {s.get('dataset')} ({s['prompts']}/{s['selected']} prompts): "
+             + ", ".join(f"{k} {fmt(v)}" for k, v in s["quality"].items())]
+    if s["prompts"]:
+        lines.append(f"  tokens/s {fmt(s['tokens_per_second'], '.2f')} (mean per prompt "
+                     f"{fmt(s['tokens_per_second_mean'], '.2f')}), acceptance rate {fmt(s['acceptance_rate'])}, "
+                     f"mean acceptance length {fmt(s['mean_acceptance_length'])}, predicted speedup "
+                     f"{fmt(s['predicted_speedup'])}")
+    c = s.get("compare_with")
+    if c:
+        lines.append(f"  vs {c['method']}: {fmt(c['tokens_per_second'], '.2f')} tokens/s, speedup "
+                     f"{fmt(c['speedup'])} (mean per prompt {fmt(c['speedup_mean'])}); greedy outputs identical "
+                     f"on {c['identical']}/{c['greedy_compared']} prompts")
+    return lines
