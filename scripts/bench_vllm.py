@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""Benchmark (not a test): tokens/s of the vLLM backend, standard vs speculative, WE and CD, batch 1/8/32.
+
+    python scripts/bench_vllm.py --preset tiny         # random tiny members (vLLM-overhead bound)
+    python scripts/bench_vllm.py --preset deep         # a deep member the shallow one can predict
+    python scripts/bench_vllm.py --batches 1 8 --new-tokens 32 --json-out bench.json
+
+Members are random Llamas built here (no download); composites are [model, small] = [m0, m1]:
+WE (0.5 / 0.5) and CD (α 0.1, small = amateur). The speculative path drafts with `small` (member m1,
+γ tokens, greedy drafts; vLLM's draft_model method) and verifies against r inside vLLM (Naive-CoS with
+the exact bonus).
+small is a random Llama; model is small's weights plus more random layers whose output projections
+are scaled by 0.2, so that it mostly (not always) agrees with small, as a large model agrees with a
+small one of its family. Cost ratio c = cost(small) / cost(model + small) ~ layers ratio:
+- tiny: hidden 256, small 1 layer, model 6 layers (vLLM's per-step overhead dominates);
+- deep: hidden 768, small 2 layers, model 14 layers (~100M parameters in the model: compute shows).
+Each engine is warmed up first (excluded); all configurations run the same prompts with the same token
+counting (generated tokens / wall seconds, EOS ignored). Acceptance statistics use vLLM's definitions:
+acceptance rate = accepted / drafted, mean acceptance length = 1 + accepted / rounds.
+Prints one JSON line per row (also written to --json-out) and a table. Run it in the vLLM venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+for key, value in VLLM_ENV.items():
+    os.environ.setdefault(key, value)
+
+
+PRESETS = {  # hidden size, heads, kv heads, layers of the small member, layers of the model
+    "tiny": (256, 8, 2, 1, 6),
+    "deep": (768, 24, 6, 2, 14),
+}
+
+
+def build_members(work: Path, preset: str) -> dict[str, Path]:
+    """{"model": folder, "small": folder}, built once under work/preset.
+
+    small: a random Llama. model: small's embeddings, head, norm and layers, plus more random layers whose
+    output projections are scaled by 0.2, so that model mostly (not always) agrees with small."""
+    sys.path.insert(0, str(ROOT / "tests" / "vllm"))
+    import torch
+    from tiny_members import byte_tokenizer, save_member, tiny_llama
+
+    hidden, heads, kv_heads, small_layers, model_layers = PRESETS[preset]
+    root = work / preset
+    model, small = root / "model", root / "small"
+    if (model / "config.json").exists() and (small / "config.json").exists():
+        return {"model": model, "small": small}
+    sizes = dict(hidden=hidden, heads=heads, kv_heads=kv_heads)
+    save_member(small, seed=1, layers=small_layers, **sizes)
+    deep = tiny_llama(2, layers=model_layers, **sizes)
+    state = deep.state_dict()
+    state.update(tiny_llama(1, layers=small_layers, **sizes).state_dict())  # = small's weights
+    with torch.no_grad():
+        for name, w in state.items():
+            if name.endswith(("o_proj.weight", "down_proj.weight")) and int(name.split(".")[2]) >= small_layers:
+                w.mul_(0.2)  # the extra layers only nudge the residual stream
+    deep.load_state_dict(state)
+    deep.save_pretrained(str(model))
+    byte_tokenizer().save_pretrained(str(model))
+    return {"model": model, "small": small}
+
+
+def prompts(n: int) -> list[str]:
+    """GSM8K questions (first 96 bytes) when the shared data is there, else synthetic sentences."""
+    path = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+    if path.exists():
+        rows = [json.loads(line)["question"][:96] for line in path.open()][:n]
+    else:
+        rows = [f"Prompt {i}: the quick brown fox jumps over {i} lazy dogs." for i in range(n)]
+    return (rows * (n // max(len(rows), 1) + 1))[:n]
+
+
+def run_case(composite: Path, kind: str, speculative: bool, args) -> list[dict]:
+    from cos.vllm_backend import VllmEngine
+
+    engine = VllmEngine(composite, speculative_draft="m1" if speculative else None,
+                        num_speculative_tokens=args.gamma, enforce_eager=True, dtype=args.dtype, max_model_len=512,
+                        seed=0)
+    opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
+    engine.generate(prompts(2), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
+    rows = []
+    for batch in args.batches:
+        batch_prompts = prompts(batch)
+        started = time.perf_counter()
+        outs = engine.generate(batch_prompts, **opts)
+        seconds = time.perf_counter() - started
+        tokens = sum(len(o.token_ids) for o in outs)
+        row = {"preset": args.preset, "combination": kind, "path": "speculative" if speculative else "standard",
+               "batch": batch, "gamma": args.gamma if speculative else 0, "temperature": args.temperature,
+               "new_tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1)}
+        if speculative:
+            rounds = sum(o.spec["rounds"] for o in outs)
+            drafted = sum(o.spec["draft_tokens"] for o in outs)
+            accepted = sum(o.spec["accepted_tokens"] for o in outs)
+            row |= {"rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted,
+                    "acceptance_rate": round(accepted / drafted, 3) if drafted else 0.0,
+                    "mean_acceptance_length": round(1 + accepted / rounds, 2) if rounds else 1.0}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    engine.close()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", choices=["tiny", "deep"], default="tiny")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/cos_bench"), help="where members/composites go")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--json-out", type=Path)
+    args = ap.parse_args()
+
+    from cos.vllm_backend import build_composite
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    m = build_members(args.work, args.preset)
+    members, out = [m["model"], m["small"]], args.work / args.preset
+    composites = {"we": build_composite(members, out / "we", "we", weights=[0.5, 0.5], overwrite=True),
+                  "cd": build_composite(members, out / "cd", "cd", alpha=0.1, overwrite=True)}
+    rows = [r for kind, path in composites.items() for spec in (False, True) for r in run_case(path, kind, spec, args)]
+    print(f"\npreset {args.preset}, {args.new_tokens} new tokens per prompt, gamma {args.gamma}, "
+          f"temperature {args.temperature}, dtype {args.dtype}")
+
+    base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
+    print(f"{'comb':4} {'path':11} {'batch':>5} {'tok/s':>8} {'speedup':>7} {'accept':>6} {'mean len':>8}")
+    for r in rows:
+        speedup = r["tokens_per_s"] / base[(r["combination"], r["batch"])]
+        print(f"{r['combination']:4} {r['path']:11} {r['batch']:5d} {r['tokens_per_s']:8.1f} {speedup:7.2f} "
+              f"{r.get('acceptance_rate', float('nan')):6.2f} {r.get('mean_acceptance_length', float('nan')):8.2f}")
+    if args.json_out:
+        args.json_out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()

