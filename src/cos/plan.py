@@ -51,7 +51,7 @@ class Plan:
             raise ValueError(f"unknown method {self.method!r}: use one of {', '.join(LOOPS)}")
         if self.bonus not in BONUS_MODES:
             raise ValueError(f"unknown bonus mode {self.bonus!r}: use one of {', '.join(BONUS_MODES)}")
-        expected = {"standard": self.combination.n_members, "sd": 2}.get(self.loop, self.combination.n_members)
+        expected = 2 if self.loop == "sd" else self.combination.n_members
         if self.n_members != expected:
             raise ValueError(f"method {self.method} needs {expected} members, got {self.n_members}")
         if self.loop == "sd" and not isinstance(self.combination, Single):
