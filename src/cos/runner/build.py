@@ -53,8 +53,12 @@ def check_before_loading(run: RunConfig, model_path: str | None = None) -> list[
     return resolve_models(run.method.members, run.method.roles, model_path)
 
 
-def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str] | None = None) -> Built:
-    """Load the members of `run.method` and return the engine(s). model_path: default $MODEL_PATH."""
+def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str] | None = None,
+                  loaded: dict | None = None) -> Built:
+    """Load the members of `run.method` and return the engine(s). model_path: default $MODEL_PATH.
+
+    loaded: {(path, device, dtype): Member} kept by a caller that runs many configs in one process
+    (scripts/reproduce.py), so each model loads once; members are reset at every generation."""
     # 1. everything that can fail without loading a model (paths: already checked by the caller)
     paths = check_before_loading(run, model_path) if paths is None else paths
     plan = run.method.plan()
@@ -64,7 +68,12 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
     if run.dataset.get("chat_template") and not getattr(tokenizers[0], "chat_template", None):
         raise ValueError("dataset.chat_template=true, but the tokenizer of method.model has no chat template: "
                          "set dataset.chat_template=false")
-    members = [load_member(p, dv, dt) for p, dv, dt in zip(paths, run.devices, run.dtypes)]
+    loaded = {} if loaded is None else loaded
+    keys = list(zip(paths, run.devices, run.dtypes))
+    for key in keys:
+        if key not in loaded:
+            loaded[key] = load_member(*key)
+    members = [loaded[key] for key in keys]
     check_vocabularies(members, tokenizers)
     # 3. engines: the baseline runs on the same member objects (large_model: the first only)
     engine = Engine(members, plan, tokenizers[0])

@@ -145,10 +145,13 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
     return kw
 
 
-def baseline_spec(m: Mapping, other: str) -> MethodSpec:
-    """compare_with: method `other` on the members of the method section `m` (large_model: the first)."""
+def baseline_spec(m: Mapping, other: str) -> MethodSpec | None:
+    """compare_with: method `other` on the members of the method section `m` (large_model: the first);
+    None when `other` is the method itself (compare_with=standard on a standard method)."""
     name = m.get("name")
     other = standard_counterpart(name) if other == "standard" else other
+    if other == name:
+        return None  # a standard method compared with itself: nothing to compare
     if other not in LOOPS:
         raise ValueError(f"compare_with={other!r} is not a method: use standard or one of {', '.join(LOOPS)}")
     if other == "large_model":

@@ -107,8 +107,9 @@ def progress_postfix(records: list[dict]) -> dict:
 
 
 def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] | None = None,
-                model_path: str | None = None) -> dict:
-    """Run (or resume) a benchmark into out_dir; returns the summary (also in out_dir/summary.json)."""
+                model_path: str | None = None, loaded: dict | None = None) -> dict:
+    """Run (or resume) a benchmark into out_dir; returns the summary (also in out_dir/summary.json).
+    loaded: models already loaded in this process, reused and added to (build_engines)."""
     # 1. check everything that needs no model: config, dataset selection, the output folder
     run = run_config(cfg)
     paths = check_before_loading(run, model_path)
@@ -121,7 +122,7 @@ def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] |
              run.dataset["name"], len(examples), len(examples) - len(todo), out_dir / RESULTS, out_dir)
     # 2. generate what is left, one record flushed per prompt
     if todo:
-        built = build_engines(run, paths=paths)
+        built = build_engines(run, paths=paths, loaded=loaded)
         encoded = lambda ex: encode(built.tokenizer, ex.prompt, run.dataset["chat_template"], run.max_prompt_len)
         opts = lambda i: generation_options(run, adapter.max_new_tokens, adapter.stop_strings, run.seed + i)
         if run.warmup:

@@ -82,18 +82,29 @@ def summarize(records: list[dict], *, method: str, quality: dict, selected: int,
 
 
 def summary_lines(s: dict) -> list[str]:
-    """A short human-readable report of a summary."""
+    """The run as a table, one row per method (the compare_with baseline first), then the identity check.
+
+    | method | pass@1 | tokens/s | speedup | acceptance rate | mean acceptance length | predicted speedup |
+    """
     fmt = lambda v, spec=".3f": "-" if v is None else format(v, spec)
-    lines = [f"{s['method']} on {s.get('dataset')} ({s['prompts']}/{s['selected']} prompts): "
-             + ", ".join(f"{k} {fmt(v)}" for k, v in s["quality"].items())]
-    if s["prompts"]:
-        lines.append(f"  tokens/s {fmt(s['tokens_per_second'], '.2f')} (mean per prompt "
-                     f"{fmt(s['tokens_per_second_mean'], '.2f')}), acceptance rate {fmt(s['acceptance_rate'])}, "
-                     f"mean acceptance length {fmt(s['mean_acceptance_length'])}, predicted speedup "
-                     f"{fmt(s['predicted_speedup'])}")
+    header = f"{s['method']} on {s.get('dataset')}, {s['prompts']}/{s['selected']} prompts"
+    if not s["prompts"]:
+        return [header + ": nothing generated"]
+    quality = list(s["quality"])
+    cols = ["method", *quality, "tokens/s", "speedup", "acceptance rate", "mean acceptance length",
+            "predicted speedup"]
+    rows = []
     c = s.get("compare_with")
     if c:
-        lines.append(f"  vs {c['method']}: {fmt(c['tokens_per_second'], '.2f')} tokens/s, speedup "
-                     f"{fmt(c['speedup'])} (mean per prompt {fmt(c['speedup_mean'])}); greedy outputs identical "
-                     f"on {c['identical']}/{c['greedy_compared']} prompts")
+        rows.append([c["method"], *(fmt(c.get("quality", {}).get(q)) for q in quality),
+                     fmt(c["tokens_per_second"], ".2f"), "1.00", "-", "-", "-"])
+    accelerated = s["drafted"] > 0
+    rows.append([s["method"], *(fmt(s["quality"][q]) for q in quality), fmt(s["tokens_per_second"], ".2f"),
+                 fmt(s["measured_speedup"], ".2f"), fmt(s["acceptance_rate"] if accelerated else None),
+                 fmt(s["mean_acceptance_length"] if accelerated else None, ".2f"), fmt(s["predicted_speedup"], ".2f")])
+    lines = [header, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    if c and c["greedy_compared"]:
+        lines.append(f"greedy outputs identical to {c['method']} on {c['identical']}/{c['greedy_compared']} prompts")
+    lines.append(f"results: {s.get('output_dir')}")
     return lines
