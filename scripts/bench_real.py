@@ -5,12 +5,16 @@
 
 Members in config order [model = 1.5B (expert / target), extra = 0.5B (amateur / draft)]. For each
 dataset x temperature, every method runs on the same prompts after a warm-up; a row reports tokens/s
-(total tokens / total time, median over repeats), speedup over the method's standard counterpart
-measured in the same run, acceptance α, cost ratio c, the speedup ALGORITHM.md §6 predicts and
+(decode: total tokens / total decode time, prefill excluded; and end to end; medians over repeats),
+speedup over the method's standard counterpart measured in the same run, acceptance α, cost ratio c, the speedup ALGORITHM.md §6 predicts and
 measured / predicted. Peers from transformers run beside ours: assisted generation (`assistant_model`)
-against `sd`, and `assistant_ensemble_weight` against `we_sd`. Under greedy decoding every
+against `sd`, and `assistant_ensemble_weight` against `we_sd`, end to end against end to end
+(transformers times prefill and decode together); `e2e_over_ours` = theirs / ours. Under greedy decoding every
 accelerated method's text must equal its standard method's; exceptions are listed with the first
-differing position. Rows are appended to --out (jsonl) as they are produced.
+differing position and the gap there, log r(standard's token) - log r(our token) under the standard
+method's r (a float near-tie is a gap near 0). Repeats are interleaved (every method once, then
+again), so drift on a shared machine hits all methods alike. Rows are appended to --out (jsonl) as
+they are produced.
 """
 
 from __future__ import annotations
@@ -22,13 +26,16 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import StoppingCriteriaList, StopStringCriteria
 
-from cos import Engine
+from cos import Engine, SamplingParams
 from cos.datasets import get_dataset
 from cos.engine import plan_from_kwargs
 from cos.loading import load_member, load_tokenizer
 from cos.models.packaged import packaged_model_dir
+from cos.runner.compare import first_difference
 
+PEER_OF = {"hf_assisted": "sd", "hf_ensemble": "we_sd"}  # transformers' method -> ours, compared end to end
 BASELINE = {"we": "we", "we_sd": "we", "we_chef": "we", "cd": "cd", "cd_sd": "cd", "cd_chef": "cd",
             "large_model": "large_model", "sd": "large_model", "hf_assisted": "large_model", "hf_ensemble": "we"}
 METHODS = {  # name -> plan kwargs
@@ -52,12 +59,16 @@ def model_dir(name: str) -> str:
     return str(found or name)
 
 
-def hf_peer(target, draft, tok, prompt: str, max_new: int, temperature: float, weight: float | None, seed: int):
-    """transformers' own assisted generation on the same prompt; returns (tokens, seconds)."""
+def hf_peer(target, draft, tok, prompt: str, max_new: int, temperature: float, weight: float | None, seed: int,
+            stop: list[str]):
+    """transformers' own assisted generation on the same prompt and stop strings (its default draft
+    schedule); returns (tokens, seconds)."""
     ids = tok(prompt, return_tensors="pt").input_ids
     torch.manual_seed(seed)
     kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new, assistant_model=draft,
-                  eos_token_id=list(target.generation_config.eos_token_id or []), pad_token_id=tok.pad_token_id)
+                  eos_token_id=list(target.generation_config.eos_token_id or []), pad_token_id=tok.pad_token_id,
+                  stopping_criteria=StoppingCriteriaList([StopStringCriteria(tok, list(stop))] if stop else []))
+    # (stop_strings= would reach the assistant's own generate without a tokenizer and fail there)
     if temperature > 0:
         kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
     if weight is not None:
@@ -67,8 +78,13 @@ def hf_peer(target, draft, tok, prompt: str, max_new: int, temperature: float, w
     return out[0, ids.shape[1]:].tolist(), time.perf_counter() - start
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+@torch.inference_mode()
+def log_r_gap(engine: Engine, prompt_ids: list[int], tokens: list[int], i: int, ours: int, theirs: int) -> float:
+    """log r(theirs) - log r(ours) at position i of `tokens`, under `engine`'s (the standard method's) r."""
+    seq = torch.tensor([prompt_ids + tokens[:i]])
+    logits = [m.model(input_ids=seq).logits[0, -1:].float() for m in engine.members]
+    log_r = engine.plan.combination.distribution(logits, SamplingParams(1.0))[0].log()
+    return float(log_r[theirs] - log_r[ours])
 
 
 def main() -> None:
@@ -78,6 +94,7 @@ def main() -> None:
     ap.add_argument("--datasets", nargs="+", default=["humaneval"])
     ap.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--fewshot", action="store_true", help="the paper's few-shot templates (GSM8K: ~500 prompt tokens)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS) + ["hf_assisted", "hf_ensemble"])
@@ -98,30 +115,36 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for ds_name in args.datasets:
-        ds = get_dataset(ds_name)
+        ds = get_dataset(ds_name, use_fewshot=args.fewshot)
         path = Path(args.data_root) / ds_name
         examples = ds.load(str(path) if path.exists() else None, args.prompts, seed=0)
         for temperature in args.temperatures:
             for name in args.methods:  # warm-up: one short generation per method, untimed
                 run_one(name, engines, members, tok, examples[0].prompt, 8, temperature, 0, ds.stop_strings)
-            results: dict[str, dict] = {}
-            for name in args.methods:
-                per_repeat, outputs, stats = [], [], []
-                for rep in range(args.repeats):
-                    tokens_total, seconds_total = 0, 0.0
+            rates = {name: [] for name in args.methods}  # decode tokens/s (ours); transformers: end to end
+            e2e_rates = {name: [] for name in args.methods}  # end to end: prefill + decode, every method
+            outputs: dict[str, list] = {name: [] for name in args.methods}
+            stats: dict[str, list] = {name: [] for name in args.methods}
+            for rep in range(args.repeats):  # interleaved: every method once per repeat
+                for name in args.methods:
+                    tokens_total, seconds_total, e2e_total = 0, 0.0, 0.0
                     for i, ex in enumerate(examples):
-                        toks, secs, st = run_one(name, engines, members, tok, ex.prompt, args.max_new_tokens,
-                                                 temperature, i, ds.stop_strings)
-                        tokens_total += len(toks)
-                        seconds_total += secs
+                        toks, secs, e2e, st = run_one(name, engines, members, tok, ex.prompt, args.max_new_tokens,
+                                                      temperature, i, ds.stop_strings)
+                        tokens_total, seconds_total = tokens_total + len(toks), seconds_total + secs
+                        e2e_total += e2e
                         if rep == 0:
-                            outputs.append(toks)
-                            stats.append(st)
-                    per_repeat.append(tokens_total / seconds_total)
-                results[name] = dict(tps=statistics.median(per_repeat), outputs=outputs, stats=stats)
-                print(f"[{ds_name} T={temperature}] {name}: {results[name]['tps']:.2f} tok/s", flush=True)
+                            outputs[name].append(toks)
+                            stats[name].append(st)
+                    rates[name].append(tokens_total / seconds_total)
+                    e2e_rates[name].append(tokens_total / e2e_total)
+                    print(f"[{ds_name} T={temperature} repeat {rep + 1}/{args.repeats}] {name}: "
+                          f"{rates[name][-1]:.2f} tok/s", flush=True)
+            results = {name: dict(tps=statistics.median(rates[name]), e2e_tps=statistics.median(e2e_rates[name]),
+                                  outputs=outputs[name], stats=stats[name]) for name in args.methods}
+            prompt_ids = [tok(ex.prompt)["input_ids"] for ex in examples]
             for name, res in results.items():
-                row = summarize(ds_name, temperature, name, res, results)
+                row = summarize(ds_name, temperature, name, res, results, engines, prompt_ids)
                 rows.append(row)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -131,20 +154,33 @@ def main() -> None:
 def run_one(name, engines, members, tok, prompt, max_new, temperature, seed, stop):
     if name.startswith("hf_"):
         weight = 0.5 if name == "hf_ensemble" else None
-        toks, secs = hf_peer(members[0].model, members[1].model, tok, prompt, max_new, temperature, weight, seed)
-        return toks, secs, None
+        toks, secs = hf_peer(members[0].model, members[1].model, tok, prompt, max_new, temperature, weight, seed, stop)
+        return toks, secs, secs, None
+    start = time.perf_counter()
     out = engines[name].generate(prompt, max_new_tokens=max_new, temperature=temperature, seed=seed, stop=stop)
-    return out.tokens, out.stats.wall_seconds, out.stats
+    return out.tokens, out.stats.wall_seconds, time.perf_counter() - start, out.stats
 
 
-def summarize(ds: str, temperature: float, name: str, res: dict, results: dict) -> dict:
+def summarize(ds: str, temperature: float, name: str, res: dict, results: dict, engines: dict,
+              prompt_ids: list[list[int]]) -> dict:
     base = BASELINE[name.replace("_exact", "")]
-    row = dict(dataset=ds, temperature=temperature, method=name, tokens_per_s=round(res["tps"], 3))
-    if base in results:
-        row["speedup"] = round(res["tps"] / results[base]["tps"], 3)
+    row = dict(dataset=ds, temperature=temperature, method=name, tokens_per_s=round(res["tps"], 3),
+               e2e_tokens_per_s=round(res["e2e_tps"], 3))
+    if base in results:  # decode speed for ours; transformers' peers: end to end against end to end
+        key = "e2e_tps" if name.startswith("hf_") else "tps"
+        row["speedup"] = round(res[key] / results[base][key], 3)
         if temperature == 0 and name != base:
-            diffs = [(i, first_difference(a, b)) for i, (a, b) in enumerate(zip(res["outputs"], results[base]["outputs"]))]
-            row["greedy_mismatches"] = [dict(prompt=i, first_diff=d) for i, d in diffs if d is not None]
+            row["greedy_mismatches"] = []
+            for k, (mine, theirs) in enumerate(zip(res["outputs"], results[base]["outputs"])):
+                d = first_difference(mine, theirs)
+                if d is None:
+                    continue
+                gap = None
+                if d < min(len(mine), len(theirs)) and base in engines:
+                    gap = round(log_r_gap(engines[base], prompt_ids[k], theirs, d, mine[d], theirs[d]), 5)
+                row["greedy_mismatches"].append(dict(prompt=k, first_diff=d, log_r_gap=gap))
+    if PEER_OF.get(name) in results:
+        row["e2e_over_ours"] = round(res["e2e_tps"] / results[PEER_OF[name]]["e2e_tps"], 3)
     stats = [s for s in res["stats"] if s is not None]
     if stats and stats[0].drafted is not None:
         drafted, accepted = sum(s.drafted for s in stats), sum(s.accepted for s in stats)
@@ -160,8 +196,8 @@ def summarize(ds: str, temperature: float, name: str, res: dict, results: dict) 
 
 
 def print_table(rows: list[dict]) -> None:
-    cols = ["dataset", "temperature", "method", "tokens_per_s", "speedup", "alpha", "c", "predicted",
-            "measured_over_predicted", "mean_acceptance_length", "greedy_mismatches"]
+    cols = ["dataset", "temperature", "method", "tokens_per_s", "e2e_tokens_per_s", "speedup", "alpha", "c",
+            "predicted", "measured_over_predicted", "mean_acceptance_length", "e2e_over_ours", "greedy_mismatches"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")

@@ -50,3 +50,21 @@ def models():
 
 def members(*models) -> list[Member]:
     return [Member(m, name=f"m{i}") for i, m in enumerate(models)]
+
+
+@pytest.fixture(scope="session")
+def model_root(tmp_path_factory):
+    """A folder of tiny model folders with a tokenizer (tests/tiny_checkpoint.py), for MODEL_PATH."""
+    from tiny_checkpoint import save_tiny_models
+
+    return save_tiny_models(tmp_path_factory.mktemp("models"))["tiny-expert"].parent
+
+
+@pytest.fixture
+def tiny_env(model_root, monkeypatch):
+    """MODEL_PATH -> the tiny models; one torch thread (a shared 2-core machine stalls with more)."""
+    monkeypatch.setenv("MODEL_PATH", str(model_root))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

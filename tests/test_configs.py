@@ -16,7 +16,6 @@ import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
-from tiny_checkpoint import save_tiny_models
 
 from cos.runner.cli import dataset_main
 from cos.runner.config import family, run_config
@@ -42,11 +41,6 @@ def members_for(method_file: str, same: bool = False) -> list[str]:
         return ["method.model=tiny-expert", f"method.extra_model=[{other},tiny-third]"]
     key = {"large_model": None, "sd": "draft_model", "cd": "amateur_model"}.get(family(name), "extra_model")
     return ["method.model=tiny-expert"] + ([f"method.{key}={other}"] if key else [])
-
-
-@pytest.fixture(scope="module")
-def model_root(tmp_path_factory):
-    return save_tiny_models(tmp_path_factory.mktemp("models"))["tiny-expert"].parent
 
 
 @pytest.fixture(autouse=True)

@@ -14,10 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from tiny_checkpoint import save_tiny_models
 
 from cos.runner import build as build_module
 from cos.runner.cli import dataset_main, precheck
@@ -67,11 +65,6 @@ def composed(overrides: list[str]):
         return compose("default", overrides=overrides)
 
 
-@pytest.fixture(scope="module")
-def model_root(tmp_path_factory):
-    return save_tiny_models(tmp_path_factory.mktemp("models"))["tiny-expert"].parent
-
-
 @pytest.fixture
 def prompts(tmp_path) -> list[str]:
     """Overrides for a literal jsonl dataset of 6 prompts (no shared data needed)."""
@@ -81,13 +74,8 @@ def prompts(tmp_path) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def env(model_root, monkeypatch):
-    """MODEL_PATH -> the tiny models; one torch thread (a shared 2-core machine stalls with more)."""
-    monkeypatch.setenv("MODEL_PATH", str(model_root))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def env(tiny_env):
+    """MODEL_PATH -> the tiny models, one torch thread (conftest.tiny_env)."""
 
 
 def lines(path: Path) -> list[dict]:
