@@ -38,7 +38,9 @@ def test_rollback_then_redecode_equals_fresh_forward(models):
         got = member.score(seq, n)
         with torch.inference_mode():
             fresh = model(input_ids=seq[None]).logits[0, -n:]
-        assert torch.allclose(got, fresh, atol=1e-5), "cached logits drifted from a fresh forward"
+        # fp32 reordering across matmul shapes reaches ~2e-5 on some CPUs (AVX-512 kernels); a stale or
+        # misaligned cache entry moves logits by O(1)
+        assert torch.allclose(got, fresh, atol=1e-4), f"cached logits drifted: {(got - fresh).abs().max():.2e}"
 
 
 def test_members_caches_valid_after_a_generation(models):

@@ -207,7 +207,7 @@ def test_bad_grid_is_one_line_before_anything_loads(change, message, tmp_path, m
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name, cells", [("cpu-small", 27), ("paper", 176)])
+@pytest.mark.parametrize("name, cells", [("cpu-small", 15), ("paper", 176)])
 def test_dry_run_of_the_shipped_grids_loads_nothing(name, cells, tmp_path, monkeypatch, capsys):
     forbid_work(monkeypatch)
     out = tmp_path / "report"
