@@ -29,7 +29,7 @@ def hf_greedy(hf_sides):
     out = {}
     for name, (_, kind, kw, _) in COMPOSITES.items():
         side = hf_sides[name]
-        engine = Engine.from_pretrained(side.paths, method=kind, **kw)
+        engine = Engine.from_pretrained(side.paths, method=kind, dtype="float32", **kw)
         rows = []
         for prompt in PROMPTS:
             ids = engine.tokenizer(prompt)["input_ids"] if isinstance(prompt, str) else list(prompt)

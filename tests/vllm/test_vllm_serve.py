@@ -99,7 +99,7 @@ def test_served_completion_equals_offline_and_hf(server, engines, hf_sides):
     offline = engine.llm.generate([prompt], __import__("vllm").SamplingParams(temperature=0, max_tokens=MAX_NEW,
                                                                             ignore_eos=True), use_tqdm=False)
     assert choice.text == offline[0].outputs[0].text  # same text as vLLM offline (same detokenizer)
-    hf = Engine.from_pretrained(hf_sides["we2"].paths, method="we", weights=[0.5, 0.5])
+    hf = Engine.from_pretrained(hf_sides["we2"].paths, method="we", weights=[0.5, 0.5], dtype="float32")
     want = hf.generate(prompt, max_new_tokens=MAX_NEW, temperature=0, eos_token_ids=[])
     assert choice.token_ids == want.tokens  # the HF engine's greedy weighted ensemble, token for token
     assert choice.text == want.text.rstrip("\ufffd")  # vLLM holds back an unfinished UTF-8 character at the end
