@@ -35,12 +35,17 @@ from cos.loading import load_member, load_tokenizer
 from cos.models.packaged import packaged_model_dir
 from cos.runner.compare import first_difference
 
-PEER_OF = {"hf_assisted": "sd", "hf_ensemble": "we_sd"}  # transformers' method -> ours, compared end to end
+# transformers' method -> ours, compared end to end: at a fixed γ = 5, and with transformers' own draft
+# schedule (up to 20 tokens, cut after a token the draft gave < 0.4: its num_assistant_tokens and
+# assistant_confidence_threshold defaults; our draft_threshold)
+PEER_OF = {"hf_assisted": ("sd", "sd_adaptive"), "hf_ensemble": ("we_sd", "we_sd_adaptive")}
 BASELINE = {"we": "we", "we_sd": "we", "we_chef": "we", "cd": "cd", "cd_sd": "cd", "cd_chef": "cd",
             "large_model": "large_model", "sd": "large_model", "hf_assisted": "large_model", "hf_ensemble": "we"}
+HF_SCHEDULE = dict(gamma=20, draft_threshold=0.4)
 METHODS = {  # name -> plan kwargs
     "large_model": dict(method="large_model"),
     "sd": dict(method="sd", gamma=5),
+    "sd_adaptive": dict(method="sd", **HF_SCHEDULE),
     "cd": dict(method="cd", alpha=0.1),
     "cd_sd": dict(method="cd_sd", alpha=0.1, gamma=5, proposer=1, bonus="none"),
     "cd_sd_exact": dict(method="cd_sd", alpha=0.1, gamma=5, proposer=1, bonus="exact"),
@@ -48,6 +53,7 @@ METHODS = {  # name -> plan kwargs
     "we": dict(method="we", lam=0.5),
     "we_sd": dict(method="we_sd", lam=0.5, gamma=5, proposer=1, bonus="none"),
     "we_sd_exact": dict(method="we_sd", lam=0.5, gamma=5, proposer=1, bonus="exact"),
+    "we_sd_adaptive": dict(method="we_sd", lam=0.5, proposer=1, bonus="none", **HF_SCHEDULE),
     "we_chef": dict(method="we_chef", lam=0.5, gamma=[1, 5]),
 }
 
@@ -163,7 +169,7 @@ def run_one(name, engines, members, tok, prompt, max_new, temperature, seed, sto
 
 def summarize(ds: str, temperature: float, name: str, res: dict, results: dict, engines: dict,
               prompt_ids: list[list[int]]) -> dict:
-    base = BASELINE[name.replace("_exact", "")]
+    base = BASELINE[METHODS[name]["method"] if name in METHODS else name]
     row = dict(dataset=ds, temperature=temperature, method=name, tokens_per_s=round(res["tps"], 3),
                e2e_tokens_per_s=round(res["e2e_tps"], 3))
     if base in results:  # decode speed for ours; transformers' peers: end to end against end to end
@@ -179,8 +185,9 @@ def summarize(ds: str, temperature: float, name: str, res: dict, results: dict, 
                 if d < min(len(mine), len(theirs)) and base in engines:
                     gap = round(log_r_gap(engines[base], prompt_ids[k], theirs, d, mine[d], theirs[d]), 5)
                 row["greedy_mismatches"].append(dict(prompt=k, first_diff=d, log_r_gap=gap))
-    if PEER_OF.get(name) in results:
-        row["e2e_over_ours"] = round(res["e2e_tps"] / results[PEER_OF[name]]["e2e_tps"], 3)
+    ours = [peer for peer in PEER_OF.get(name, ()) if peer in results]
+    if ours:
+        row["e2e_over_ours"] = {peer: round(res["e2e_tps"] / results[peer]["e2e_tps"], 3) for peer in ours}
     stats = [s for s in res["stats"] if s is not None]
     if stats and stats[0].drafted is not None:
         drafted, accepted = sum(s.drafted for s in stats), sum(s.accepted for s in stats)
@@ -200,7 +207,10 @@ def print_table(rows: list[dict]) -> None:
             "predicted", "measured_over_predicted", "mean_acceptance_length", "e2e_over_ours", "greedy_mismatches"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+        cells = [str(r.get(c, "")) for c in cols]
+        if isinstance(r.get("e2e_over_ours"), dict):
+            cells[cols.index("e2e_over_ours")] = ", ".join(f"{v} ({k})" for k, v in r["e2e_over_ours"].items())
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

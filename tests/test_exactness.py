@@ -12,8 +12,12 @@ import pytest
 
 from conftest import members
 from greedy_check import assert_same_greedy
+import torch
+
 from cos import Engine, SamplingParams, make_combination, make_plan
+from cos.member import Member
 from cos.methods.reference import reference_generate
+from cos.proposer import MemberProposer
 
 PROMPT = [3, 17, 42, 8, 23]
 N_NEW = 64
@@ -31,10 +35,10 @@ def reference(models_in_order, combination) -> list[int]:
     return _references[key]
 
 
-def run(models_in_order, method, gamma, proposer=None, bonus="none", **combo):
+def run(models_in_order, method, gamma, proposer=None, bonus="none", draft_threshold=0.0, **combo):
     n = len(models_in_order)
     combination = None if method in ("sd", "large_model") else make_combination(method.split("_")[0], n, **combo)
-    plan = make_plan(method, n, combination, gamma, proposer, bonus)
+    plan = make_plan(method, n, combination, gamma, proposer, bonus, draft_threshold)
     engine = Engine(members(*models_in_order), plan)
     return engine.generate(PROMPT, max_new_tokens=N_NEW, temperature=0, eos_token_ids=[]), plan
 
@@ -82,6 +86,43 @@ def test_sd_equals_plain_greedy_of_target(models, regime, gamma):
     assert out.tokens == ref
     if regime == "all_accepted":
         assert out.stats.acceptance_rate == 1.0 and out.stats.mean_acceptance_length == gamma + 1
+
+
+THRESHOLDED = [("sd", 6, "none"), ("we_sd", 6, "none"), ("cd_sd", 6, "exact"), ("we_chef", [1, 6], "none"),
+               ("cd_chef", [1, 6], "none")]
+
+
+@pytest.mark.parametrize("method,gamma,bonus", THRESHOLDED)
+def test_draft_threshold_changes_speed_not_tokens(models, method, gamma, bonus):
+    """Drafts cut where the proposer is unsure (its own max probability is < 0.25 about half the time
+    on this pair): the output is still the reference's."""
+    pair = [models["base"], models["close"]]
+    out, plan = run(pair, method, gamma, proposer=1 if method.endswith("_sd") else None, bonus=bonus,
+                    draft_threshold=0.25)
+    ref = reference(pair[:1] if method == "sd" else pair, plan.combination)
+    assert_same_greedy(out.tokens, ref, PROMPT, pair[:1] if method == "sd" else pair, plan.combination)
+    if plan.loop != "cos":  # one draft per round: cut drafts are shorter than γ, and not all are 1 long
+        assert 1 < out.stats.drafted / out.stats.rounds < 6
+    assert out.stats.predicted_speedup is None  # γ is not fixed: no closed form
+
+
+def test_draft_threshold_cuts_after_the_first_unsure_token(models):
+    """The rule itself: the draft is the fixed-γ draft up to and including its first token with own
+    probability below the threshold."""
+    seq = torch.tensor(PROMPT)
+    full = MemberProposer(Member(models["close"]), GREEDY, None).propose(seq, 12)
+    confidence = full.logits.softmax(-1).gather(-1, full.tokens[:, None])[:, 0].tolist()
+    threshold = sorted(confidence)[6]
+    cut = MemberProposer(Member(models["close"]), GREEDY, None, stop_below=threshold).propose(seq, 12)
+    first_unsure = next(i for i, c in enumerate(confidence) if c < threshold)
+    assert cut.tokens.tolist() == full.tokens[: first_unsure + 1].tolist()
+
+
+def test_draft_threshold_is_checked():
+    with pytest.raises(ValueError, match="draft_threshold must be a probability"):
+        make_plan("sd", 2, gamma=5, draft_threshold=1.5)
+    with pytest.raises(ValueError, match="drafts nothing"):
+        make_plan("we", 2, make_combination("we", 2, lam=0.5), draft_threshold=0.4)
 
 
 def test_standard_and_large_model_equal_reference(models):

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from cos.runner import build as build_module
 from cos.runner.cli import dataset_main, precheck
 from cos.runner.compare import compare_tokens, difference_message, first_difference
+from cos.runner.config import baseline_spec
 from cos.runner.resolve import resolve_model
 from cos.runner.results import read_records
 
@@ -177,6 +179,7 @@ def test_main_case_prints_text_and_statistics(tmp_path, monkeypatch, capsys):
     (["dtype=float8"], "unknown dtype 'float8'"),
     (["device=[cpu,cpu,cpu]"], "device has 3 entries for 2 members"),
     (["method.alpha=-1"], "contrastive alpha must be >= 0"),
+    (["method.draft_threshold=1.5"], "draft_threshold must be a probability in [0, 1)"),
 ])
 def test_bad_input_is_one_line_before_any_model_loads(overrides, message, prompts, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(build_module, "load_member", lambda *a, **k: pytest.fail("loaded a model"))
@@ -283,3 +286,10 @@ def test_build_engine_from_a_composed_config():
     assert engine.plan.method == "cd_chef" and engine.plan.gammas == [1, 5] and engine.plan.proposer == 1
     out = engine.generate("def f(x):", max_new_tokens=6, temperature=0)
     assert len(out.tokens) == 6 and out.stats.drafted > 0
+
+
+def test_draft_threshold_reaches_the_plan_and_not_the_baseline():
+    cfg = composed(["method=cd_chef", "method.draft_threshold=0.4", *TINY])
+    assert build_module.build_engine(cfg).plan.draft_threshold == 0.4
+    method = OmegaConf.to_container(cfg["method"], resolve=True)
+    assert baseline_spec(method, "standard").plan().draft_threshold == 0.0  # cd drafts nothing

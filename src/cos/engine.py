@@ -35,7 +35,7 @@ class Generation:
 
 
 def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, proposer=None, bonus="none",
-                     **combination_kwargs) -> Plan:
+                     draft_threshold=0.0, **combination_kwargs) -> Plan:
     """make_plan with the combination named by the method prefix (we_*, cd_*) or given explicitly."""
     if method not in LOOPS:
         raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
@@ -44,7 +44,7 @@ def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, pro
         combination = make_combination(kind, n_members, **combination_kwargs)
     elif isinstance(combination, str):
         combination = make_combination(combination, n_members, **combination_kwargs)
-    return make_plan(method, n_members, combination, gamma, proposer, bonus)
+    return make_plan(method, n_members, combination, gamma, proposer, bonus, draft_threshold)
 
 
 class Engine:
@@ -118,14 +118,14 @@ class Engine:
         in_combination = [self.members[0]] if plan.loop == "sd" else self.members
         draft_model = self.members[1] if plan.loop == "sd" else None
         stats = GenerationStats(method=plan.method, gamma=plan.gammas, proposer=plan.proposer,
-                                bonus=plan.bonus if plan.loop == "naive" else "")
+                                bonus=plan.bonus if plan.loop == "naive" else "", draft_threshold=plan.draft_threshold)
         st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
         if plan.loop == "standard":
             return st, lambda: standard_round(st)
         if plan.loop == "cos":
-            return st, AlternateLoop(st, plan.gammas, plan.proposer).round
+            return st, AlternateLoop(st, plan.gammas, plan.proposer, plan.draft_threshold).round
         proposer = None if plan.loop == "sd" else plan.proposer
-        return st, SpeculativeLoop(st, proposer, plan.gammas[plan.proposer], plan.bonus).round
+        return st, SpeculativeLoop(st, proposer, plan.gammas[plan.proposer], plan.bonus, plan.draft_threshold).round
 
     def _finish(self, st: DecodeState, seconds: float) -> Generation:
         for m in self.members:

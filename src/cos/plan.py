@@ -45,6 +45,7 @@ class Plan:
     gamma: int | list[int]
     proposer: int | None = None  # None = not yet resolved (smallest member)
     bonus: str = "none"
+    draft_threshold: float = 0.0  # > 0: a draft ends after a token its proposer gave less (proposer.py)
 
     def __post_init__(self) -> None:
         if self.method not in LOOPS:
@@ -66,6 +67,12 @@ class Plan:
             raise ValueError(f"gamma must be an int >= 1 (or a list of them), got {self.gamma}")
         if self.proposer is not None and not 0 <= self.proposer < self.n_members:
             raise ValueError(f"proposer index {self.proposer} out of range for {self.n_members} members")
+        if isinstance(self.draft_threshold, bool) or not isinstance(self.draft_threshold, (int, float)) \
+                or not 0 <= self.draft_threshold < 1:
+            raise ValueError(f"draft_threshold must be a probability in [0, 1) (0 = always draft γ), "
+                             f"got {self.draft_threshold!r}")
+        if self.draft_threshold and self.loop == "standard":
+            raise ValueError(f"method {self.method} drafts nothing: draft_threshold applies to sd, *_sd and *_chef")
         if self.loop == "sd" and self.proposer not in (None, 1):
             raise ValueError("method sd: the proposer is the draft model (member 1)")
 
@@ -94,8 +101,13 @@ def make_plan(
     gamma: int | Sequence[int] = 5,
     proposer: int | None = None,
     bonus: str = "none",
+    draft_threshold: float = 0.0,
 ) -> Plan:
-    """Validate a method configuration. Collaborative methods need a combination."""
+    """Validate a method configuration. Collaborative methods need a combination.
+
+    draft_threshold > 0: γ becomes the most a proposer drafts at once; a draft also ends after a token
+    the proposer gave probability below the threshold (transformers' assistant_confidence_threshold).
+    """
     if method not in LOOPS:
         raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
     loop = LOOPS[method]
@@ -104,4 +116,4 @@ def make_plan(
     elif combination is None:
         raise ValueError(f"method {method} needs a combination (weighted ensemble, contrastive, ...)")
     gamma = gamma if isinstance(gamma, int) else [int(g) for g in gamma]
-    return Plan(method, loop, combination, n_members, gamma, proposer, bonus)
+    return Plan(method, loop, combination, n_members, gamma, proposer, bonus, draft_threshold)

@@ -28,12 +28,21 @@ class Proposer(Protocol):
 
 
 class MemberProposer:
-    """Drafts k tokens from a member's own sampling distribution, conditioned on all of `seq`."""
+    """Drafts up to k tokens from a member's own sampling distribution, conditioned on all of `seq`.
 
-    def __init__(self, member: Member, params: SamplingParams, generator: torch.Generator | None) -> None:
+    stop_below > 0 ends a draft early, after a token the member itself gave probability < stop_below
+    (its sampling distribution; under greedy decoding its softmax): transformers'
+    `assistant_confidence_threshold`. At least one token is drafted. The length then depends on the
+    draft alone, never on the verifiers, so every drafted token is verified as before and the output
+    keeps the exact distribution of r.
+    """
+
+    def __init__(self, member: Member, params: SamplingParams, generator: torch.Generator | None,
+                 stop_below: float = 0.0) -> None:
         self.member = member
         self.params = params
         self.generator = generator
+        self.stop_below = stop_below
 
     def propose(self, seq: torch.Tensor, k: int) -> Draft:
         tokens, qs, logits = [], [], []
@@ -45,8 +54,17 @@ class MemberProposer:
             tokens.append(token)
             logits.append(l)
             qs.append(q)
+            if self.stop_below > 0 and self._confidence(l, q, token) < self.stop_below:
+                break
         return Draft(
             tokens=torch.stack(tokens),
             q=None if self.params.greedy else torch.stack(qs),
             logits=torch.stack(logits),
         )
+
+    @staticmethod
+    def _confidence(logits: torch.Tensor, q: torch.Tensor | None, token: torch.Tensor) -> float:
+        """The member's own probability of the token it drafted."""
+        if q is not None:
+            return float(q[token])
+        return float(torch.softmax(logits.float(), -1)[token])

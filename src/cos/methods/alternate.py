@@ -23,11 +23,12 @@ from .state import DecodeState
 
 
 class AlternateLoop:
-    def __init__(self, st: DecodeState, gammas: list[int], default_proposer: int) -> None:
+    def __init__(self, st: DecodeState, gammas: list[int], default_proposer: int, stop_below: float = 0.0) -> None:
+        """stop_below: every proposer's confidence threshold (proposer.MemberProposer)."""
         self.st = st
         self.gammas = gammas
         self.default = default_proposer
-        self.proposers = [MemberProposer(m, st.params, st.generator) for m in st.members]
+        self.proposers = [MemberProposer(m, st.params, st.generator, stop_below) for m in st.members]
         self._clear()
 
     def _clear(self) -> None:

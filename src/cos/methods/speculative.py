@@ -19,14 +19,15 @@ from .state import DecodeState
 
 
 class SpeculativeLoop:
-    def __init__(self, st: DecodeState, proposer: int | None, gamma: int, bonus: str) -> None:
-        """proposer: config index into st.members, or None for st.draft_model (sd)."""
+    def __init__(self, st: DecodeState, proposer: int | None, gamma: int, bonus: str, stop_below: float = 0.0) -> None:
+        """proposer: config index into st.members, or None for st.draft_model (sd).
+        stop_below: the proposer's confidence threshold (proposer.MemberProposer)."""
         self.st = st
         self.p = proposer
         self.gamma = gamma
         self.bonus = bonus
         member = st.draft_model if proposer is None else st.members[proposer]
-        self.proposer = MemberProposer(member, st.params, st.generator)
+        self.proposer = MemberProposer(member, st.params, st.generator, stop_below)
         self.verifiers = [m for i, m in enumerate(st.members) if i != proposer]
         self.carry: list[torch.Tensor] | None = None  # verifiers' logits at the next position
 
@@ -45,9 +46,11 @@ class SpeculativeLoop:
             head_tokens, head_q, head_r = [pick(r0, greedy, st.generator)], [r0], [r0]
             seq = torch.cat([seq, head_tokens[0]])
             self.carry = None
-        # 2. propose γ drafts after committed + bonus (fewer when the token budget is nearly spent)
+        # 2. propose γ drafts after committed + bonus (fewer when the token budget is nearly spent, or
+        #    when the proposer's confidence falls below its threshold)
         k = max(1, min(self.gamma, st.stopper.max_new_tokens - len(st.stopper.tokens) - len(head_tokens)))
         draft = self.proposer.propose(seq, k)
+        k = draft.tokens.shape[0]
         block = torch.cat([seq, draft.tokens])
         # 3. each verifier scores the whole block in one pass: k draft positions + the next one
         v = [m.score(block, k + 1) for m in self.verifiers]  # n_v × [k+1, V]

@@ -122,8 +122,11 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
         raise ValueError(f"method.gamma must be an int or a list of ints (one per member), got {gamma!r}")
     kw: dict = {"gamma": list(gamma) if isinstance(gamma, (list, tuple)) else gamma,
                 "bonus": m.get("bonus", "none")}
-    if loop == "standard":
-        kw["gamma"] = 1  # nothing is drafted: a speculative method's gamma does not apply
+    if m.get("draft_threshold") is not None:
+        kw["draft_threshold"] = m["draft_threshold"]  # checked by the plan (a probability in [0, 1))
+    if loop == "standard":  # nothing is drafted: a speculative method's gamma and threshold do not apply
+        kw["gamma"] = 1
+        kw.pop("draft_threshold", None)
     if loop in ("naive", "cos") and m.get("proposer") is not None:
         kw["proposer"] = _int("method.proposer", m["proposer"], 0)
     combination = m.get("combination")

@@ -24,7 +24,8 @@ def record_stats(generation, seconds_e2e: float) -> dict:
         "drafted": s["drafted"], "accepted": s["accepted"], "acceptance_rate": s["acceptance_rate"],
         "mean_acceptance_length": s["mean_acceptance_length"], "cost_ratio": s["cost_ratio"],
         "predicted_speedup": s["predicted_speedup"], "stop_reason": s["stop_reason"],
-        "gamma": s["gamma"], "proposer": s["proposer"], "bonus": s["bonus"], "members": s["members"],
+        "gamma": s["gamma"], "proposer": s["proposer"], "bonus": s["bonus"], "draft_threshold": s["draft_threshold"],
+        "members": s["members"],
     }
 
 
@@ -40,7 +41,8 @@ def total_stats(records: list[dict], method: str) -> GenerationStats:
     return GenerationStats(method=method, new_tokens=sum(r["tokens"] for r in records),
                            wall_seconds=sum(r["time"] for r in records), rounds=sum(r["rounds"] for r in records),
                            drafted=sum(r["drafted"] for r in records), accepted=sum(r["accepted"] for r in records),
-                           gamma=first["gamma"], proposer=first["proposer"], bonus=first["bonus"], members=members)
+                           gamma=first["gamma"], proposer=first["proposer"], bonus=first["bonus"],
+                           draft_threshold=first.get("draft_threshold", 0.0), members=members)
 
 
 def summarize(records: list[dict], *, method: str, quality: dict, selected: int, info: dict) -> dict:
@@ -67,6 +69,7 @@ def summarize(records: list[dict], *, method: str, quality: dict, selected: int,
         "gamma": totals.gamma if LOOPS[method] != "standard" else None,  # nothing drafted: no γ, no proposer
         "proposer": totals.proposer if LOOPS[method] != "standard" else None,
         "bonus": totals.bonus,
+        "draft_threshold": totals.draft_threshold,
         "predicted_speedup": predicted,
         "measured_speedup": None,
         "measured_over_predicted": None,
