@@ -23,7 +23,7 @@ from cos.runner.cli import dataset_main, precheck
 from cos.runner.compare import compare_tokens, difference_message, first_difference
 from cos.runner.config import baseline_spec
 from cos.runner.resolve import resolve_model
-from cos.runner.results import read_records
+from cos.runner.results import differences, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -293,3 +293,10 @@ def test_draft_threshold_reaches_the_plan_and_not_the_baseline():
     assert build_module.build_engine(cfg).plan.draft_threshold == 0.4
     method = OmegaConf.to_container(cfg["method"], resolve=True)
     assert baseline_spec(method, "standard").plan().draft_threshold == 0.0  # cd drafts nothing
+
+
+def test_a_folder_written_before_draft_threshold_existed_still_resumes():
+    cfg = OmegaConf.to_container(composed(["method=cd_chef", *TINY]), resolve=True)
+    older = {**cfg, "method": {k: v for k, v in cfg["method"].items() if k != "draft_threshold"}}
+    assert differences(older, cfg) == []
+    assert differences(older, {**cfg, "method": {**cfg["method"], "draft_threshold": 0.4}}) != []
