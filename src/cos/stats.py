@@ -83,7 +83,8 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
     alpha = stats.acceptance_rate
     if loop == "standard":
         return 1.0
-    if stats.draft_threshold > 0 or alpha is None or stats.proposer is None or any(m.seconds_per_call <= 0 for m in stats.members):
+    if stats.draft_threshold > 0 or alpha is None or stats.proposer is None \
+            or any(m.seconds_per_call <= 0 for m in stats.members):
         return None
     alpha = min(alpha, 1 - 1e-9)
     p = stats.proposer
