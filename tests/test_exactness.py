@@ -99,8 +99,8 @@ def test_draft_threshold_changes_speed_not_tokens(models, method, gamma, bonus):
     pair = [models["base"], models["close"]]
     out, plan = run(pair, method, gamma, proposer=1 if method.endswith("_sd") else None, bonus=bonus,
                     draft_threshold=0.25)
-    ref = reference(pair[:1] if method == "sd" else pair, plan.combination)
-    assert_same_greedy(out.tokens, ref, PROMPT, pair[:1] if method == "sd" else pair, plan.combination)
+    in_r = pair[:1] if method == "sd" else pair  # sd: r is the target's alone
+    assert_same_greedy(out.tokens, reference(in_r, plan.combination), PROMPT, in_r, plan.combination)
     if plan.loop != "cos":  # one draft per round: cut drafts are shorter than γ, and not all are 1 long
         assert 1 < out.stats.drafted / out.stats.rounds < 6
     assert out.stats.predicted_speedup is None  # γ is not fixed: no closed form
