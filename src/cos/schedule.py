@@ -61,14 +61,14 @@ def expected_tokens(alpha: float, k: int, bonus: int) -> float:
 
 def best_length(alpha: float, gamma: int, bonus: int, draft_step: float, verify: Callable[[int], float],
                 standard: float) -> int:
-    """argmax over k in 0..γ of tokens per second (0 = a standard round); ties keep the longer draft.
+    """argmax over k in 0..γ of tokens per second (0 = a standard round); ties keep the shorter.
 
     draft_step: t_p(1); verify(n): Σ_v t_v(n); standard: Σ_m t_m(1).
     """
     best, best_rate = 0, 1.0 / standard
     for k in range(1, gamma + 1):
         rate = expected_tokens(alpha, k, bonus) / (k * draft_step + verify(k + 1))
-        if rate >= best_rate:
+        if rate > best_rate:
             best, best_rate = k, rate
     return best
 

@@ -96,8 +96,9 @@ class ThreadPolicy:
             return
         if threads == best and seconds > JUMP * old:
             arm.probe_every = FIRST_PROBE  # the chosen count slowed down: look at the other one soon
-        elif threads != best:
-            arm.probe_every = min(LAST_PROBE, arm.probe_every * 2) if seconds > old else FIRST_PROBE
+        elif threads != best:  # a probe: it lost again (probe less often), or it won (look closer)
+            lost = seconds > arm.seconds[best]
+            arm.probe_every = min(LAST_PROBE, arm.probe_every * 2) if lost else FIRST_PROBE
         arm.seconds[threads] = (1 - EWMA) * old + EWMA * seconds
 
     def best(self) -> dict[str, int]:
