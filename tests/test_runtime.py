@@ -193,3 +193,26 @@ def test_adaptive_schedule_is_exact_greedy_and_refused_for_standard_methods(mode
         assert out.stats.schedule == "adaptive"
     with pytest.raises(ValueError, match="drafts nothing"):
         make_plan("cd", 2, combination, schedule="adaptive")
+
+
+# ----------------------------------------------------------------- machine load
+def test_load_meter_sees_a_competitor():
+    import subprocess
+    import sys
+    import time
+
+    from cos.machine import Load, LoadMeter
+
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
+    try:
+        time.sleep(0.3)
+        meter = LoadMeter()
+        time.sleep(1.5)
+        load = meter.stop()
+    finally:
+        spinner.wait()
+    assert load.others_cores is not None and load.others_cores > 0.5  # the spinner holds about one core
+    assert load.busy and load.warning().startswith("timings unreliable: load")
+    quiet = Load(cores=2, loadavg_before=0.1, loadavg_after=0.2, others_cores=0.05)
+    assert not quiet.busy and quiet.warning() is None
+    assert Load(cores=2, loadavg_before=2.4, loadavg_after=3.0, others_cores=None).busy
