@@ -59,8 +59,6 @@ class Engine:
         self.members = list(members)
         self.plan = plan.resolve([m.n_params for m in members])
         self.threads = ThreadPolicy(threads)
-        for m in self.members:
-            m.threads = self.threads
         self.schedule = self._make_schedule()
         self.tokenizer = tokenizer
         self.device = self.members[0].device  # where r is computed and tokens are drawn
@@ -135,6 +133,7 @@ class Engine:
         plan = self.plan
         seq = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         for m in self.members:
+            m.threads = self.threads  # this engine's policy (engines may share members)
             m.prefill(seq)
         generator = None if params.greedy else torch.Generator(device=self.device).manual_seed(seed)
         in_combination = [self.members[0]] if plan.loop == "sd" else self.members
