@@ -106,6 +106,9 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS) + ["hf_assisted", "hf_ensemble"])
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--schedule", default="fixed", choices=["fixed", "adaptive"],
+                    help="draft-length schedule of the methods that draft (fixed: the paper's γ every round)")
+    ap.add_argument("--threads", default=None, help="auto | an int (default: torch's own, one per core)")
     ap.add_argument("--out", default="results/bench_real.jsonl")
     args = ap.parse_args()
     unknown = set(args.methods) - set(METHODS) - {"hf_assisted", "hf_ensemble"}
@@ -115,8 +118,11 @@ def main() -> None:
     paths = [model_dir(args.model), model_dir(args.extra)]
     tok = load_tokenizer(paths[0])
     members = [load_member(p, "cpu", args.dtype) for p in paths]
+    threads = None if args.threads is None else args.threads if args.threads == "auto" else int(args.threads)
+    drafts = lambda kw: kw["method"] not in ("large_model", "cd", "we")
     engines = {name: Engine(members if kw["method"] != "large_model" else members[:1],
-                            plan_from_kwargs(n_members=1 if kw["method"] == "large_model" else 2, **kw), tok)
+                            plan_from_kwargs(n_members=1 if kw["method"] == "large_model" else 2,
+                                             **kw, **({"schedule": args.schedule} if drafts(kw) else {})), tok, threads)
                for name, kw in METHODS.items() if name in args.methods}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     rows = []
