@@ -1,0 +1,137 @@
+"""Which mechanism keeps sandboxed code away from the machine, and the command line that applies it.
+
+Three levels, strongest first; the first one that works here is used (probed once per process):
+- `bwrap` (bubblewrap, `apt-get install bubblewrap`): new user, pid, network, ipc, uts and cgroup
+  namespaces; an unprivileged uid (65534) inside, no capabilities; a filesystem made of read-only
+  /usr (+ /bin, /lib, ... links), the Python installation, a private /proc, /dev and /tmp, and the
+  program's own work folder, the only writable place that outlives it. So the program cannot write
+  or delete outside its folder, read the runner's files or environment, reach any network address
+  (its loopback is its own, empty), see or signal processes outside its pid namespace, and every
+  process it started dies with it (the namespace's init exits when the program does).
+- `unshare` (util-linux `unshare(1)`): pid + network namespaces with a private /proc. The network,
+  the runner's processes and environment are out of reach and no descendant outlives the program,
+  but files are NOT isolated: the program can read and write whatever the runner's user can.
+- `none`: resource limits and a process-group kill only (see sandbox.py).
+Anything below `bwrap` is announced by a warning (once per process). `COS_SANDBOX=bwrap|unshare|none`
+forces a level; a forced level that does not work here is an error, not a silent downgrade.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+LEVELS = ("bwrap", "unshare", "none")
+SANDBOX_UID = 65534  # "nobody": the uid the program has inside bubblewrap's user namespace
+
+log = logging.getLogger(__name__)
+
+
+def _python_roots() -> list[Path]:
+    """Folders the sandboxed interpreter needs read-only (its prefixes), outside /usr (bound whole)."""
+    exe = Path(os.path.realpath(sys.executable))
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, str(exe.parent.parent)}
+    roots = sorted({Path(os.path.realpath(c)) for c in candidates})
+    # /usr is bound whole; a root inside another root needs no bind of its own.
+    return [r for r in roots if not _inside(r, Path("/usr")) and not any(o != r and _inside(r, o) for o in roots)]
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def bwrap_prefix(workdir: Path, readonly: list[Path]) -> list[str]:
+    """bwrap's arguments up to `--`: namespaces, a uid of nobody, and the few paths listed above."""
+    args = ["bwrap", "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):  # merged-/usr links, or real folders
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for path in ("/etc/ld.so.cache", "/etc/alternatives"):
+        args += ["--ro-bind-try", path, path]
+    for root in _python_roots():
+        args += ["--ro-bind", str(root), str(root)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in readonly:
+        args += ["--ro-bind", str(path), str(path)]
+    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--"]
+    return args
+
+
+def unshare_prefix() -> list[str]:
+    """unshare(1)'s arguments: pid + network namespaces; as a non-root user inside a user namespace."""
+    args = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    if os.geteuid() != 0:
+        args.insert(1, "--map-root-user")
+    return args + ["--"]
+
+
+def prefix(level: str, workdir: Path, readonly: list[Path]) -> list[str]:
+    """The command-line prefix that runs a program under `level`."""
+    if level == "bwrap":
+        return bwrap_prefix(workdir, readonly)
+    if level == "unshare":
+        return unshare_prefix()
+    return []
+
+
+def _works(level: str) -> str | None:
+    """None if `level` runs a trivial program here, else why not (one line)."""
+    tool = shutil.which(level)
+    if tool is None:
+        return f"`{level}` is not installed"
+    try:
+        with tempfile.TemporaryDirectory(prefix="cos-sandbox-probe-") as folder:
+            argv = prefix(level, Path(folder), []) + [sys.executable, "-I", "-c", "pass"]
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, cwd=folder)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"`{level}` could not run: {e}"
+    if done.returncode != 0:
+        return f"`{level}` failed here: {done.stderr.decode(errors='replace').strip()[-300:]}"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def level() -> str:
+    """The isolation level this process uses (see the module docstring); warns once if below bwrap."""
+    forced = os.environ.get("COS_SANDBOX", "").strip()
+    if forced:
+        if forced not in LEVELS:
+            raise ValueError(f"COS_SANDBOX={forced!r}: use one of {', '.join(LEVELS)}")
+        why = None if forced == "none" else _works(forced)
+        if why:
+            raise RuntimeError(f"COS_SANDBOX={forced} but {why}")
+        return forced
+    reasons = []
+    if sys.platform.startswith("linux"):
+        for candidate in ("bwrap", "unshare"):
+            why = _works(candidate)
+            if why is None:
+                break
+            reasons.append(why)
+        else:
+            candidate = "none"
+    else:
+        candidate = "none"
+        reasons.append(f"namespaces need Linux (this is {sys.platform})")
+    if candidate != "bwrap":
+        message = (
+            f"SANDBOX IS WEAKER THAN IT SHOULD BE: {'; '.join(reasons)}. Generated code runs with "
+            + ("pid and network isolation only" if candidate == "unshare" else "resource limits only")
+            + ": it can read and write any file this user can"
+            + ("." if candidate == "unshare" else ", reach the network and signal this user's processes.")
+            + " Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) for full isolation."
+        )
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        log.warning(message)
+    return candidate
