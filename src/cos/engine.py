@@ -54,6 +54,7 @@ class Engine:
         check_vocabularies(members)
         self.members = list(members)
         self.plan = plan.resolve([m.n_params for m in members])
+        self.plan.combination.probe(self.members[0].vocab_size, self.members[0].device)  # bad r: fail now
         self.tokenizer = tokenizer
         self.device = self.members[0].device  # where r is computed and tokens are drawn
         positions = [m.max_positions for m in members if m.max_positions]
