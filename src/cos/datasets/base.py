@@ -9,6 +9,7 @@ text, and how to score it. The runner never looks inside rows; it only sees `Exa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from abc import ABC, abstractmethod
@@ -60,6 +61,12 @@ def select_rows(rows: list[dict], size: str | int, seed: int) -> list[tuple[int,
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
     return [(i, rows[i]) for i in order[:n]]
+
+
+def rows_digest(rows: list[dict]) -> str:
+    """SHA-256 of every row (before selection), as canonical JSON: the data's identity for resuming."""
+    text = json.dumps(rows, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def read_jsonl(path: str | Path, split: str = "test") -> list[dict]:
@@ -138,6 +145,7 @@ class DatasetAdapter(ABC):
     scoring: ClassVar[str] = "generative"  # text is generated then parsed; no log-likelihood scoring
     stop_strings: list[str] = []  # class default; instances hold a copy
     max_new_tokens: int = 256
+    data_sha256: str | None = None  # set by load(): rows_digest of every row read
 
     def __init__(
         self,
@@ -165,6 +173,7 @@ class DatasetAdapter(ABC):
         """The selected rows as Examples (prompts built with this adapter's `use_fewshot`)."""
         resolve_size(size, 1)  # reject a bad size before any slow read
         rows = self.read_rows(path)
+        self.data_sha256 = rows_digest(rows)
         return [self.to_example(row, i) for i, row in select_rows(rows, size, seed)]
 
     @abstractmethod
