@@ -5,6 +5,7 @@ ignores, API arguments, member compatibility, resume. Each case names its cause 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,143 @@ def test_config_is_replaced_atomically(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         write_atomically(path, "seed: 2\n" * 1000)
     assert path.read_text() == "seed: 1\n"
+
+
+# ----------------------------------------------------------------- settings a method would ignore (CLI)
+WE_RUN = ["dtype=float32", "method.model=tiny-expert", "method.extra_model=tiny-amateur", "progress=false"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["method=we", *WE_RUN, "method.weights=[0.3,0.7]"], "give weights (one per member) or lambda"),
+    (["method=cd", *TINY_RUN, "method.lambda=0.3"], "the cd combination would ignore lambda"),
+    (["method=we_chef", *WE_RUN, "method.plausibility=0.1"], "the we combination would ignore plausibility"),
+    (["method=cd_chef", *TINY_RUN, "method.bonus=exact"], "method cd_chef would ignore bonus='exact'"),
+    (["method=cd", *TINY_RUN, "method.draft_threshold=0.4"], "method cd drafts nothing"),
+])
+def test_cli_refuses_settings_a_method_ignores(overrides, message, jsonl_args, tmp_path, no_loading, capsys):
+    assert dataset_main(composed([*overrides, *jsonl_args]), tmp_path / "out") == 2
+    assert message in _one_line_error(capsys)
+
+
+def test_cli_still_accepts_what_the_baseline_inherits(jsonl_args):
+    """cd_sd with bonus=exact compares with cd, and cd_chef's draft_threshold reaches cd unused: no error."""
+    from cos.runner.config import run_config
+    from omegaconf import OmegaConf
+
+    for extra in (["method=cd_sd", "method.bonus=exact"], ["method=cd_chef", "method.draft_threshold=0.4"]):
+        run = run_config(OmegaConf.to_container(composed([*extra, *TINY_RUN, *jsonl_args]), resolve=True))
+        assert run.baseline.plan().method == "cd" and run.baseline.plan().bonus == "none"
+
+
+# ----------------------------------------------------------------- data files
+@pytest.fixture
+def jsonl_args(tmp_path) -> list[str]:
+    return ["dataset.name=jsonl", f"dataset.path={_jsonl(tmp_path / 'ok.jsonl', ['Count to 1:', 'Count to 2:'])}"]
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"id": "a", "prompt": "x"}', "", '{"id": "b", "prompt": "tab\tinside"}'], "line 3: not valid JSON"),
+    (['{"id": "a", "prompt": "x"}', '["a list"]'], "line 2: expected a JSON object"),
+    (['{"id": "a", "prompt": "x"}', '{"id": "b", "text": "x"}'], "line 2: no field 'prompt'"),
+    (['{"id": "a", "prompt": "x"}', '{"id": "b", "prompt": ""}'], "row 2 (b) has an empty prompt"),
+])
+def test_bad_data_names_file_and_line_before_loading(lines, message, tmp_path, no_loading, capsys):
+    data = tmp_path / "bad.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    cfg = composed(["method=cd", "dataset.name=jsonl", f"dataset.path={data}", "dataset.size=full", *TINY_RUN])
+    assert dataset_main(cfg, tmp_path / "out") == 2
+    err = _one_line_error(capsys)
+    assert message in err and (str(data) in err), err
+
+
+def test_humaneval_file_missing_a_field_names_the_line(tmp_path):
+    from cos.datasets import get_dataset
+
+    data = tmp_path / "he.jsonl"
+    data.write_text(json.dumps({"task_id": "t/0", "prompt": "def f():\n", "test": ""}) + "\n")
+    with pytest.raises(ValueError, match=r"he.jsonl, line 1: no field 'entry_point'"):
+        get_dataset("humaneval").load(str(data))
+
+
+# ----------------------------------------------------------------- members: vocabulary before weights
+def _variant(model_root: Path, tmp_path: Path, name: str, vocab_size: int | None = None,
+             extra_token: str | None = None) -> Path:
+    """A model folder holding only config.json + tokenizer files (no weights: it must never load)."""
+    from tiny_checkpoint import byte_tokenizer
+
+    folder = tmp_path / name
+    folder.mkdir()
+    config = json.loads((model_root / "tiny-amateur" / "config.json").read_text())
+    if vocab_size is not None:
+        config["vocab_size"] = vocab_size
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer = byte_tokenizer()
+    if extra_token:
+        tokenizer.add_special_tokens({"pad_token": extra_token})
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_vocabulary_mismatch_is_found_before_weights_load(model_root, tmp_path, jsonl_args, no_loading, capsys):
+    bigger = _variant(model_root, tmp_path, "bigger", vocab_size=300)
+    other_tok = _variant(model_root, tmp_path, "other-tokenizer", extra_token="<pad>")
+    base = ["method=cd", "dtype=float32", "method.model=tiny-expert", "progress=false", *jsonl_args]
+    assert dataset_main(composed([*base, f"method.amateur_model={bigger}"]), tmp_path / "o1") == 2
+    assert "different vocabulary sizes in config.json" in _one_line_error(capsys)
+    assert dataset_main(composed([*base, f"method.amateur_model={other_tok}"]), tmp_path / "o2") == 2
+    assert "tokenizers of" in _one_line_error(capsys)
+    with pytest.raises(ValueError, match="different vocabulary sizes in config.json"):  # the API, too
+        Engine.from_pretrained([str(model_root / "tiny-expert"), str(bigger)], method="cd", dtype="float32")
+
+
+# ----------------------------------------------------------------- API arguments
+@pytest.fixture
+def api_no_loading(monkeypatch):
+    import cos.engine
+
+    monkeypatch.setattr(cos.engine, "load_member", lambda *a, **k: pytest.fail("loaded a model"))
+
+
+def test_api_missing_local_path_is_clear(api_no_loading, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"model folder /no/such/model does not exist: give a folder"):
+        Engine.from_pretrained(["/no/such/model", "/no/such/other"], method="we")
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        Engine.from_pretrained([str(tmp_path), str(tmp_path)], method="we")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_api_cuda_without_cuda_is_clear_before_loading(api_no_loading, model_root):
+    paths = [str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")]
+    with pytest.raises(ValueError, match="device cuda asked for, but CUDA is not available here"):
+        Engine.from_pretrained(paths, method="we", device="cuda")
+
+
+@pytest.mark.parametrize("gamma", [2.0, True, [1, 2.0], [True, 1], "5"])
+def test_api_gamma_must_be_ints(gamma, api_no_loading, model_root):
+    paths = [str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")]
+    with pytest.raises(ValueError, match="gamma must be an int >= 1"):
+        Engine.from_pretrained(paths, method="we_chef", gamma=gamma)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(method="we", lam=0.3, weights=[0.5, 0.5]), "give weights (one per member) or lambda"),
+    (dict(method="we_chef", bonus="exact"), "method we_chef would ignore bonus='exact'"),
+    (dict(method="sd", bonus="exact"), "method sd would ignore bonus='exact'"),
+    (dict(method="we", draft_threshold=0.4), "method we drafts nothing"),
+    (dict(method="sd", alpha=0.5), "method sd uses one model's distribution and takes no combination settings"),
+    (dict(method="cd", lam=0.5), "the cd combination would ignore lambda"),
+])
+def test_api_refuses_settings_a_method_ignores(kwargs, message, api_no_loading, model_root):
+    paths = [str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Engine.from_pretrained(paths, **kwargs)
+
+
+def test_api_stop_string_is_one_string(model_root):
+    engine = Engine.from_pretrained([str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")],
+                                    method="we", dtype="float32", device="cpu")
+    full = engine.generate("Hello", max_new_tokens=12, temperature=0).text
+    char = next(c for c in full[1:] if c.strip())  # a character the output holds (after its first)
+    assert engine.generate("Hello", max_new_tokens=12, temperature=0, stop=char + "\x01").text == full
+    assert engine._stopper.stop_strings == (char + "\x01",)
+    assert engine.generate("Hello", max_new_tokens=12, temperature=0, stop=[char]).text == full[:full.index(char)]

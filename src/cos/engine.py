@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .loading import check_vocabularies, load_member, load_tokenizer
+from .loading import (check_before_weights, check_device, check_model_path, check_vocabularies, load_member,
+                      load_tokenizer, resolve_dtype)
 from .member import Member
 from .methods.alternate import AlternateLoop
 from .methods.speculative import SpeculativeLoop
@@ -40,6 +41,10 @@ def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, pro
     if method not in LOOPS:
         raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
     kind = method.split("_")[0]
+    if method in ("large_model", "sd") and (combination is not None or combination_kwargs):
+        given = sorted(combination_kwargs) + (["combination"] if combination else [])
+        raise ValueError(f"method {method} uses one model's distribution and takes no combination settings: "
+                         f"remove {', '.join(given)}")
     if combination is None and kind in ("we", "cd"):
         combination = make_combination(kind, n_members, **combination_kwargs)
     elif isinstance(combination, str):
@@ -69,10 +74,20 @@ class Engine:
         default: 1.7x float32 for one 1.5B model and 2.4x for CoS on a 2-core AVX512-BF16 CPU
         (scripts/bench_dtype.py); exactness holds in any dtype (against the standard method run in it).
         """
+        if isinstance(paths, str):
+            raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
+        paths = [check_model_path(p) for p in paths]
         devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
         dtypes = dtype if isinstance(dtype, (list, tuple)) else [dtype] * len(paths)
+        for dv, dt in zip(devices, dtypes):
+            check_device(dv)
+            resolve_dtype(dt)
+        if len(devices) != len(paths) or len(dtypes) != len(paths):
+            raise ValueError(f"device and dtype take one value or one per member ({len(paths)}), "
+                             f"got {len(devices)} and {len(dtypes)}")
         tokenizers = [load_tokenizer(p) for p in paths]
+        check_before_weights(paths, tokenizers)  # vocabularies from config.json: before any weights load
         members = [load_member(p, dv, dt) for p, dv, dt in zip(paths, devices, dtypes)]
         check_vocabularies(members, tokenizers)
         return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0])
@@ -100,7 +115,8 @@ class Engine:
         prompt_ids = self._encode(prompt)
         max_new_tokens = self._fit_context(prompt_ids, max_new_tokens)
         decode = (lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)) if self.tokenizer else None
-        self._stopper = Stopper(max_new_tokens, frozenset(self._eos(eos_token_ids)), tuple(stop), decode)
+        stop = (stop,) if isinstance(stop, str) else tuple(stop)  # "xE" is one stop string, not "x" and "E"
+        self._stopper = Stopper(max_new_tokens, frozenset(self._eos(eos_token_ids)), stop, decode)
         st, loop = self._start(prompt_ids, params, seed)
         started = time.perf_counter()
         while not st.done:

@@ -28,6 +28,7 @@ class HumanEval(DatasetAdapter):
     """
 
     name = "humaneval"
+    required_fields = ("task_id", "prompt", "test", "entry_point")
     # Codex paper stops: any of these starts code outside the function being completed.
     stop_strings = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#"]
     max_new_tokens = 512

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..engine import plan_from_kwargs
-from ..plan import LOOPS, Plan
+from ..plan import LOOPS, Plan, ignored_bonus
 from ..sampling import SamplingParams
 from .schema import check_keys
 
@@ -121,7 +121,8 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
     if any(isinstance(g, bool) or not isinstance(g, int) for g in entries):
         raise ValueError(f"method.gamma must be an int or a list of ints (one per member), got {gamma!r}")
     kw: dict = {"gamma": list(gamma) if isinstance(gamma, (list, tuple)) else gamma,
-                "bonus": m.get("bonus", "none")}
+                # only Naive-CoS draws a bonus; a *_sd method's baseline inherits its bonus, unused
+                "bonus": m.get("bonus", "none") if loop == "naive" else "none"}
     if m.get("draft_threshold") is not None:
         kw["draft_threshold"] = m["draft_threshold"]  # checked by the plan (a probability in [0, 1))
     if loop == "standard":  # nothing is drafted: a speculative method's gamma and threshold do not apply
@@ -172,9 +173,20 @@ def _per_member(key: str, value, n: int) -> list:
     return [str(v) for v in values]
 
 
+def refuse_ignored(m: Mapping) -> None:
+    """Settings the method in `m` would ignore are errors (its baseline inherits them unused)."""
+    name, loop = m.get("name"), LOOPS.get(m.get("name"))
+    if loop == "standard" and m.get("draft_threshold") is not None:
+        raise ValueError(f"method {name} drafts nothing, so it would ignore method.draft_threshold: it applies to "
+                         f"sd, *_sd and *_chef; unset it (method.draft_threshold=null)")
+    if ignored_bonus(name, m.get("bonus", "none")):
+        raise ValueError(f"{ignored_bonus(name, m['bonus'])}: set method.bonus=none")
+
+
 def run_config(cfg: Mapping) -> RunConfig:
     """Check a composed config (a plain dict) and return the run's arguments."""
     check_keys(cfg)
+    refuse_ignored(cfg["method"])
     spec = method_spec(cfg["method"])
     spec.plan()  # method, gamma, weights, combination: all validated here, nothing loaded
     generate = GenerateSpec(**cfg["method"].get("generate", {}))
