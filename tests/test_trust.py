@@ -310,3 +310,68 @@ def test_api_stop_string_is_one_string(model_root):
     assert engine.generate("Hello", max_new_tokens=12, temperature=0, stop=char + "\x01").text == full
     assert engine._stopper.stop_strings == (char + "\x01",)
     assert engine.generate("Hello", max_new_tokens=12, temperature=0, stop=[char]).text == full[:full.index(char)]
+
+
+# ----------------------------------------------------------------- vLLM requests (pure Python: no vLLM here)
+@pytest.mark.parametrize("extra, parameter", [
+    ({"cos_temperature": -1}, "vllm_xargs.cos_temperature"),
+    ({"cos_temperature": "0.7"}, "vllm_xargs.cos_temperature"),
+    ({"cos_temperature": float("nan")}, "vllm_xargs.cos_temperature"),
+    ({"cos_top_p": "abc"}, "vllm_xargs.cos_top_p"),
+    ({"cos_top_p": 0}, "vllm_xargs.cos_top_p"),
+    ({"cos_top_p": 1.5}, "vllm_xargs.cos_top_p"),
+    ({"cos_top_k": 2.5}, "vllm_xargs.cos_top_k"),
+    ({"cos_top_k": -3}, "vllm_xargs.cos_top_k"),
+    ({"cos_top_k": True}, "vllm_xargs.cos_top_k"),
+    ({"cos_temprature": 0.7}, "vllm_xargs.cos_temprature"),
+])
+def test_vllm_request_parameters_are_validated(extra, parameter):
+    from cos.vllm_backend.request_params import InvalidCosParameter, validate_extra_args
+
+    with pytest.raises(InvalidCosParameter) as caught:
+        validate_extra_args(extra)
+    assert caught.value.parameter == parameter and parameter in str(caught.value)
+
+
+def test_vllm_good_request_parameters_pass():
+    from cos.vllm_backend.request_params import DEFAULT, from_extra_args, validate_extra_args
+
+    assert validate_extra_args({"cos_temperature": 0.7, "cos_top_k": 40, "cos_top_p": 0.9}) == \
+        SamplingParams(0.7, 40, 0.9)
+    assert validate_extra_args({"cos_temperature": 0}) == SamplingParams(0.0, 0, 1.0)
+    assert validate_extra_args(None) == validate_extra_args({"other_plugin": "x"}) == DEFAULT
+    assert from_extra_args({"cos_temperature": -1}) == DEFAULT  # the engine never raises
+
+
+def test_vllm_admission_hook_raises_a_400_error_naming_the_parameter(monkeypatch):
+    """request_validation.install() against stand-ins for the two vLLM modules it touches."""
+    import sys
+    import types
+
+    class VLLMValidationError(ValueError):
+        def __init__(self, message, *, parameter=None, value=None):
+            super().__init__(message)
+            self.parameter, self.value = parameter, value
+
+    class InputProcessor:
+        def _validate_params(self, params, supported_tasks):
+            return "vllm checked"
+
+    modules = {"vllm": types.ModuleType("vllm"), "vllm.v1": types.ModuleType("vllm.v1"),
+               "vllm.v1.engine": types.ModuleType("vllm.v1.engine"),
+               "vllm.v1.engine.input_processor": types.ModuleType("vllm.v1.engine.input_processor"),
+               "vllm.exceptions": types.ModuleType("vllm.exceptions")}
+    modules["vllm.v1.engine.input_processor"].InputProcessor = InputProcessor
+    modules["vllm.exceptions"].VLLMValidationError = VLLMValidationError
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    from cos.vllm_backend import request_validation
+
+    assert request_validation.install() and not request_validation.install()  # once per process
+    params = types.SimpleNamespace(extra_args={"cos_top_p": "abc"})
+    with pytest.raises(VLLMValidationError) as caught:
+        InputProcessor()._validate_params(params, ())
+    assert caught.value.parameter == "vllm_xargs.cos_top_p" and "abc" in str(caught.value)
+    good = types.SimpleNamespace(extra_args={"cos_temperature": 0.5})
+    assert InputProcessor()._validate_params(good, ()) == "vllm checked"
+    assert InputProcessor()._validate_params(types.SimpleNamespace(extra_args=None), ()) == "vllm checked"
