@@ -279,3 +279,18 @@ def test_weaker_level_warns_and_forced_level_is_checked(monkeypatch: pytest.Monk
 @pytest.mark.skipif(os.environ.get("CI") != "true", reason="CI only: .ci/run installs bubblewrap")
 def test_ci_gets_the_full_sandbox() -> None:
     assert isolation.level() == "bwrap"
+
+
+def test_fork_bomb_is_bounded(level: str) -> None:
+    """RLIMIT_NPROC holds where the program's uid is not 0 (the kernel exempts uid 0, even in a user
+    namespace): under bubblewrap always (uid 65534), at the other levels only for a non-root runner."""
+    if level != "bwrap" and os.geteuid() == 0:
+        pytest.skip(f"as root the {level!r} level runs the program as uid 0: no process limit (documented)")
+    code = (
+        "import os, time\nn = 0\nfor i in range(300):\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
+        "    n += 1\nprint('forked', n)\n"
+    )
+    result = run_program(code, timeout_s=8, max_processes=16)
+    assert result.passed, result
+    assert int(result.detail.split()[1]) <= 16

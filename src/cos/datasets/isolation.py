@@ -1,16 +1,19 @@
 """Which mechanism keeps sandboxed code away from the machine, and the command line that applies it.
 
 Three levels, strongest first; the first one that works here is used (probed once per process):
-- `bwrap` (bubblewrap, `apt-get install bubblewrap`): new user, pid, network, ipc, uts and cgroup
-  namespaces; an unprivileged uid (65534) inside, no capabilities; a filesystem made of read-only
+- `bwrap` (bubblewrap, `apt-get install bubblewrap`): new pid, network, ipc, uts and cgroup namespaces
+  (and a user namespace when not root); the program runs as uid/gid 65534 with no capabilities and
+  no_new_privs (as root: a real uid 65534, via util-linux `setpriv`); a filesystem made of read-only
   /usr (+ /bin, /lib, ... links), the Python installation, a private /proc, /dev and /tmp, and the
   program's own work folder, the only writable place that outlives it. So the program cannot write
   or delete outside its folder, read the runner's files or environment, reach any network address
-  (its loopback is its own, empty), see or signal processes outside its pid namespace, and every
-  process it started dies with it (the namespace's init exits when the program does).
+  (its loopback is its own, empty), see or signal processes outside its pid namespace, every
+  process it started dies with it (the namespace's init exits when the program does), and its
+  process limit (RLIMIT_NPROC) holds because its uid is not 0.
 - `unshare` (util-linux `unshare(1)`): pid + network namespaces with a private /proc. The network,
   the runner's processes and environment are out of reach and no descendant outlives the program,
-  but files are NOT isolated: the program can read and write whatever the runner's user can.
+  but files are NOT isolated: the program can read and write whatever the runner's user can (and
+  as root, with no process limit).
 - `none`: resource limits and a process-group kill only (see sandbox.py).
 Anything below `bwrap` is announced by a warning (once per process). `COS_SANDBOX=bwrap|unshare|none`
 forces a level; a forced level that does not work here is an error, not a silent downgrade.
@@ -48,10 +51,18 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def bwrap_prefix(workdir: Path, readonly: list[Path]) -> list[str]:
-    """bwrap's arguments up to `--`: namespaces, a uid of nobody, and the few paths listed above."""
-    args = ["bwrap", "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    """bwrap's arguments up to the program: namespaces, uid nobody, and the few paths listed above.
+
+    As root, bwrap runs in its privileged mode (no user namespace) and `setpriv` switches to uid/gid
+    65534 with no capabilities and no_new_privs before the program starts: a real unprivileged uid,
+    so RLIMIT_NPROC applies (the kernel exempts uid 0, also when mapped into a user namespace) and
+    nothing outside can be signalled even by number. As another user, a user namespace maps 65534
+    to that user."""
+    root = os.geteuid() == 0
+    args = ["bwrap"] + ([] if root else ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+                                         "--cap-drop", "ALL"])
+    args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+             "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):  # merged-/usr links, or real folders
         if os.path.islink(top):
             args += ["--symlink", os.readlink(top), top]
@@ -59,13 +70,33 @@ def bwrap_prefix(workdir: Path, readonly: list[Path]) -> list[str]:
             args += ["--ro-bind", top, top]
     for path in ("/etc/ld.so.cache", "/etc/alternatives"):
         args += ["--ro-bind-try", path, path]
-    for root in _python_roots():
-        args += ["--ro-bind", str(root), str(root)]
+    for python_root in _python_roots():
+        args += ["--ro-bind", str(python_root), str(python_root)]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for path in readonly:
         args += ["--ro-bind", str(path), str(path)]
-    args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--"]
+    args += ["--bind", str(workdir), str(workdir)]
+    for parent in sorted({str(p.parent) for p in [*readonly, workdir]} - {"/", "/tmp"}):
+        args += ["--chmod", "0755", parent]  # bwrap creates the folders on the way 0700, owned by root
+    args += ["--chdir", str(workdir), "--"]
+    if root:
+        args += ["setpriv", "--reuid", str(SANDBOX_UID), "--regid", str(SANDBOX_UID), "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     return args
+
+
+def program_uid(level: str) -> int:
+    """The real uid the program runs as (whose processes RLIMIT_NPROC counts)."""
+    return SANDBOX_UID if level == "bwrap" and os.geteuid() == 0 else os.getuid()
+
+
+def hand_over(level: str, workdir: Path) -> None:
+    """Give the work folder and its files to the program's uid (as root under bwrap: uid 65534)."""
+    uid = program_uid(level)
+    if uid == os.getuid():
+        return
+    for path in [workdir, *workdir.rglob("*")]:
+        os.chown(path, uid, uid)
 
 
 def unshare_prefix() -> list[str]:
@@ -90,8 +121,11 @@ def _works(level: str) -> str | None:
     tool = shutil.which(level)
     if tool is None:
         return f"`{level}` is not installed"
+    if level == "bwrap" and os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return "`setpriv` (util-linux), which bubblewrap needs here to leave root, is not installed"
     try:
         with tempfile.TemporaryDirectory(prefix="cos-sandbox-probe-") as folder:
+            hand_over(level, Path(folder))
             argv = prefix(level, Path(folder), []) + [sys.executable, "-I", "-c", "pass"]
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, cwd=folder)
     except (OSError, subprocess.SubprocessError) as e:

@@ -22,9 +22,10 @@ Limits, at every level:
 - CPU: RLIMIT_CPU slightly above the wall-clock limit; plus a wall-clock timeout after which the
   whole process group is SIGKILLed (covers sleeping or blocked programs).
 - Processes: the child gets its own session/process group; after it ends the group is SIGKILLed.
-  RLIMIT_NPROC caps processes at (the user's current count + `max_processes`); the kernel exempts
-  root in the initial user namespace, but not root mapped into bubblewrap's. Without a pid namespace
-  a descendant that calls setsid() escapes the group kill.
+  RLIMIT_NPROC caps processes at (the program uid's current count + `max_processes`); the kernel
+  exempts uid 0 (also mapped into a user namespace), so it holds where the program does not run as
+  root: under bubblewrap (uid 65534) or for a non-root runner. Without a pid namespace a descendant
+  that calls setsid() escapes the group kill.
 - Files: RLIMIT_FSIZE caps each written file (and the captured output); no core dumps.
 - Never: syscall filtering (seccomp). Run truly hostile code in a VM.
 `preexec_fn` runs between fork and exec; it only calls setrlimit, but it is documented as unsafe
@@ -117,9 +118,9 @@ class SandboxResult:
     detail: str
 
 
-def _user_process_count() -> int:
-    """Processes of this user now (RLIMIT_NPROC counts them all, not just our children)."""
-    uid = os.getuid()
+def _user_process_count(uid: int | None = None) -> int:
+    """Processes of `uid` (default: this user) now (RLIMIT_NPROC counts them all, not just ours)."""
+    uid = os.getuid() if uid is None else uid
     count = 0
     if not Path("/proc").is_dir():  # not Linux: the limit is then max_processes in all
         return 0
@@ -132,14 +133,14 @@ def _user_process_count() -> int:
     return count
 
 
-def _limiter(timeout_s: float, memory_mb: int, max_processes: int) -> Callable[[], None]:
+def _limiter(timeout_s: float, memory_mb: int, max_processes: int, uid: int | None = None) -> Callable[[], None]:
     """The preexec_fn: set limits in the child, after fork and before exec (the parent keeps its own)."""
     cpu = math.ceil(timeout_s) + 1  # the wall clock normally fires first; this catches busy loops
     # Computed in the parent: between fork and exec the child should do as little as possible.
     limits = [
         (resource.RLIMIT_AS, memory_mb * 1024 * 1024),
         (resource.RLIMIT_CPU, cpu),
-        (resource.RLIMIT_NPROC, _user_process_count() + max_processes),
+        (resource.RLIMIT_NPROC, _user_process_count(uid) + max_processes),
         (resource.RLIMIT_FSIZE, MAX_FILE_BYTES),
         (resource.RLIMIT_CORE, 0),
     ]
@@ -240,6 +241,7 @@ def run_program(
         script.write_text(code, encoding="utf-8")
         harness = root / "harness.py"
         harness.write_text(HARNESS, encoding="utf-8")
+        isolation.hand_over(level, workdir)
         out_path, err_path = root / "stdout.txt", root / "stderr.txt"
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir), "TMPDIR": str(workdir),
                "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
@@ -249,7 +251,8 @@ def run_program(
             try:
                 proc = subprocess.Popen(
                     argv, cwd=workdir, env=env, stdin=nonce_r, stdout=out, stderr=err, pass_fds=(report_w,),
-                    start_new_session=True, preexec_fn=_limiter(timeout_s, memory_mb, max_processes),
+                    start_new_session=True,
+                    preexec_fn=_limiter(timeout_s, memory_mb, max_processes, isolation.program_uid(level)),
                 )
             except (OSError, subprocess.SubprocessError) as e:  # e.g. a limit the system refuses
                 return SandboxResult(False, "error", f"could not start the sandbox: {e}")
