@@ -39,8 +39,9 @@ Served requests: send the CoS parameters as `extra_body={"vllm_xargs": {"cos_tem
 "cos_top_p": 0.9}}` with `temperature=1` (or temperature=0 for greedy); they are checked at admission
 (request_validation.py: a wrong type or range, or an unknown cos_* key, is a 400 naming it). A request
 without them gets r at T = 1 and vLLM's own temperature / top-k / top-p then act on log r like on any
-model's logits: for raw-logits combinations (CD) that is still exactly the HF semantics (the processing commutes with
-the softmax normalisation); for WE it is exact only at T in {0, 1} with no top-k/top-p.
+model's logits: for raw-logits combinations (CD) that is still exactly the HF semantics (the
+processing commutes with the softmax normalisation); for WE it is exact only at T in {0, 1} with no
+top-k/top-p.
 
 Speculative acceleration: what vLLM expresses and what it does not
 - Expressed: Naive-CoS with the exact bonus (ALGORITHM.md §4.1): one fixed member drafts γ tokens
