@@ -57,7 +57,7 @@ def test_combination_returning_10_of_1024_columns_is_refused(space: str) -> None
 
 def test_combination_returning_a_scalar_is_refused() -> None:
     comb = Custom(n_members=2, fn=scalar, declared_space="probs")
-    with pytest.raises(TypeError, match="test_trust:scalar .*returned float, not a tensor"):
+    with pytest.raises(ValueError, match="test_trust:scalar .*returned float, not a tensor"):
         comb.probe(V)
 
 
@@ -375,3 +375,18 @@ def test_vllm_admission_hook_raises_a_400_error_naming_the_parameter(monkeypatch
     good = types.SimpleNamespace(extra_args={"cos_temperature": 0.5})
     assert InputProcessor()._validate_params(good, ()) == "vllm checked"
     assert InputProcessor()._validate_params(types.SimpleNamespace(extra_args=None), ()) == "vllm checked"
+
+
+def test_cli_and_api_refuse_a_bad_combination_before_weights_load(model_root, jsonl_args, tmp_path, no_loading,
+                                                                   api_no_loading, capsys):
+    cfg = composed(["method=custom", "dtype=float32", "method.model=tiny-expert", "method.extra_model=tiny-amateur",
+                    "progress=false", "compare_with=null", *jsonl_args])
+    cfg.method.combination = {"target": "test_trust:ten_columns", "space": "probs", "kwargs": {}}
+    assert dataset_main(cfg, tmp_path / "out") == 2
+    assert "custom combination test_trust:ten_columns (probs space) returned shape [2, 10]" in _one_line_error(capsys)
+    cfg.method.combination = {"target": "test_trust:scalar", "space": "logits", "kwargs": {}}
+    assert dataset_main(cfg, tmp_path / "out") == 2
+    assert "test_trust:scalar (logits space) returned float, not a tensor" in _one_line_error(capsys)
+    paths = [str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")]
+    with pytest.raises(ValueError, match="test_trust:scalar .*returned float"):
+        Engine.from_pretrained(paths, method="custom", combination=Custom(n_members=2, fn=scalar))

@@ -67,8 +67,8 @@ class Combination:
 
     def _checked_shape(self, out: object, like: torch.Tensor) -> torch.Tensor:
         what = "probabilities" if self.space == "probs" else "logits"
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(
+        if not isinstance(out, torch.Tensor):  # ValueError: a user's configuration error, one line in the CLI
+            raise ValueError(
                 f"{self.describe()} returned {type(out).__name__}, not a tensor: it must return {what} of "
                 f"the members' shape {list(like.shape)} ([..., V], V = {like.shape[-1]})"
             )

@@ -87,7 +87,9 @@ class Engine:
             raise ValueError(f"device and dtype take one value or one per member ({len(paths)}), "
                              f"got {len(devices)} and {len(dtypes)}")
         tokenizers = [load_tokenizer(p) for p in paths]
-        check_before_weights(paths, tokenizers)  # vocabularies from config.json: before any weights load
+        vocab = check_before_weights(paths, tokenizers)  # vocabularies from config.json: before any weights
+        if vocab:
+            plan.combination.probe(vocab)  # a combination's wrong shape or values: also before the weights
         members = [load_member(p, dv, dt) for p, dv, dt in zip(paths, devices, dtypes)]
         check_vocabularies(members, tokenizers)
         return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0])

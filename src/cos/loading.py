@@ -48,8 +48,10 @@ def check_device(device: str | torch.device) -> None:
             raise ValueError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
 
 
-def check_before_weights(paths: Sequence[str], tokenizers: Sequence[PreTrainedTokenizerBase | None] = ()) -> None:
-    """The one-vocabulary check from config.json and the tokenizer files, before any weights load."""
+def check_before_weights(paths: Sequence[str],
+                         tokenizers: Sequence[PreTrainedTokenizerBase | None] = ()) -> int | None:
+    """The one-vocabulary check from config.json and the tokenizer files, before any weights load.
+    Returns the shared vocabulary size V (None when a config does not say)."""
     sizes = {}
     for path in paths:
         config = AutoConfig.from_pretrained(path)
@@ -61,6 +63,7 @@ def check_before_weights(paths: Sequence[str], tokenizers: Sequence[PreTrainedTo
             f"one shared vocabulary (same tokenizer); pick members of one model family"
         )
     _check_tokenizers([(str(p), t) for p, t in zip(paths, tokenizers) if t is not None])
+    return None if None in sizes.values() else next(iter(sizes.values()), None)
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

@@ -51,7 +51,11 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
     if run.dataset.get("chat_template") and not getattr(tokenizers[0], "chat_template", None):
         raise ValueError("dataset.chat_template=true, but the tokenizer of method.model has no chat template: "
                          "set dataset.chat_template=false")
-    check_before_weights(paths, tokenizers)
+    vocab = check_before_weights(paths, tokenizers)
+    if vocab:  # a custom combination's wrong shape or values, before any weights load
+        for p in (plan, baseline_plan):
+            if p is not None:
+                p.combination.probe(vocab)
     loaded = {} if loaded is None else loaded
     keys = list(zip(paths, run.devices, run.dtypes))
     for key in keys:
