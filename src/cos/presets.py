@@ -8,7 +8,7 @@ from .combination import Combination, Contrastive, Custom, Mean, ProxyTuning, Re
 
 PRESETS = ("we", "cd", "mean", "proxy_tuning", "realignment", "custom")
 USES = {"we": ("lambda", "weights"), "cd": ("alpha", "plausibility"), "mean": (), "proxy_tuning": (),
-        "realignment": ("lambda",), "custom": ("target", "kwargs")}  # the settings each kind reads
+        "realignment": ("lambda",), "custom": ("target", "space", "kwargs")}  # the settings each kind reads
 
 
 def make_combination(
@@ -27,7 +27,8 @@ def make_combination(
     plausibility), mean, proxy_tuning, realignment (lam), custom (target 'module:function', space).
     A setting the kind would ignore is an error that says so (a user's setting is never dropped)."""
     given = {"lambda": lam is not None, "weights": weights is not None, "alpha": alpha != 0.1,
-             "plausibility": plausibility != 0.0, "target": target is not None, "kwargs": bool(kwargs)}
+             "plausibility": plausibility != 0.0, "target": target is not None, "space": space != "logits",
+             "kwargs": bool(kwargs)}
     unused = [key for key, is_set in given.items() if is_set and key not in USES.get(kind, given)]
     if unused:
         uses = ", ".join(USES[kind]) or "no settings"
