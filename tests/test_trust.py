@@ -390,3 +390,13 @@ def test_cli_and_api_refuse_a_bad_combination_before_weights_load(model_root, js
     paths = [str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")]
     with pytest.raises(ValueError, match="test_trust:scalar .*returned float"):
         Engine.from_pretrained(paths, method="custom", combination=Custom(n_members=2, fn=scalar))
+
+
+def test_stop_strings_one_string_is_one_stop():
+    """Shared by the HF engine and VllmEngine."""
+    from cos.stopping import as_stop_strings
+
+    assert as_stop_strings("xE") == ("xE",)
+    assert as_stop_strings(["x", "E"]) == ("x", "E") and as_stop_strings(None) == as_stop_strings(()) == ()
+    with pytest.raises(ValueError, match="stop strings must be non-empty strings"):
+        as_stop_strings(["ok", ""])

@@ -25,7 +25,7 @@ from .plan import LOOPS, Plan, make_plan
 from .presets import make_combination
 from .sampling import SamplingParams
 from .stats import GenerationStats, MemberUsage, predict_speedup
-from .stopping import Stopper
+from .stopping import Stopper, as_stop_strings
 
 
 @dataclass
@@ -117,7 +117,7 @@ class Engine:
         prompt_ids = self._encode(prompt)
         max_new_tokens = self._fit_context(prompt_ids, max_new_tokens)
         decode = (lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)) if self.tokenizer else None
-        stop = (stop,) if isinstance(stop, str) else tuple(stop)  # "xE" is one stop string, not "x" and "E"
+        stop = as_stop_strings(stop)  # "xE" is one stop string, not "x" and "E"
         self._stopper = Stopper(max_new_tokens, frozenset(self._eos(eos_token_ids)), stop, decode)
         st, loop = self._start(prompt_ids, params, seed)
         started = time.perf_counter()
