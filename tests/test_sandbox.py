@@ -294,3 +294,12 @@ def test_fork_bomb_is_bounded(level: str) -> None:
     result = run_program(code, timeout_s=8, max_processes=16)
     assert result.passed, result
     assert int(result.detail.split()[1]) <= 16
+
+
+def test_python_under_tmp_is_bound_after_the_private_tmp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A venv under /tmp (a CI clone there) must not be hidden by the sandbox's own /tmp."""
+    monkeypatch.setattr(isolation, "_python_roots", lambda: [Path("/tmp/clone/.venv-ci")])
+    args = isolation.bwrap_prefix(Path("/tmp/cos-sandbox-x/work"), [Path("/tmp/cos-sandbox-x/harness.py")])
+    tmpfs = args.index("--tmpfs")
+    assert args[tmpfs + 1] == "/tmp" and tmpfs < args.index("/tmp/clone/.venv-ci")
+    assert args[args.index("--chmod") + 2] == "/tmp/cos-sandbox-x"  # the folder above work/ and the harness

@@ -70,9 +70,9 @@ def bwrap_prefix(workdir: Path, readonly: list[Path]) -> list[str]:
             args += ["--ro-bind", top, top]
     for path in ("/etc/ld.so.cache", "/etc/alternatives"):
         args += ["--ro-bind-try", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # first: binds below may lie in /tmp
     for python_root in _python_roots():
         args += ["--ro-bind", str(python_root), str(python_root)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for path in readonly:
         args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(workdir), str(workdir)]
