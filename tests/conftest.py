@@ -7,6 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cos.member import Member
+from cos.schedule import Schedule
 
 VOCAB = 64
 
@@ -48,8 +49,37 @@ def models():
     }
 
 
-def members(*models) -> list[Member]:
-    return [Member(m, name=f"m{i}") for i, m in enumerate(models)]
+def members(*models, cache: str = "preallocated") -> list[Member]:
+    return [Member(m, name=f"m{i}", cache=cache) for i, m in enumerate(models)]
+
+
+class PastDependentSchedule(Schedule):
+    """Stands in for the adaptive schedule with every length forced, standard rounds included: k is a
+    function of past acceptances (as the adaptive choice is, through α), never of the round's draws."""
+
+    def _adaptive(self, *costs) -> int:
+        return (self.rounds + 3 * self.accepted + self.drafted // 2) % (self.gamma + 1)
+
+
+def force_every_length(engine):
+    """Swap an engine's schedule for PastDependentSchedule (same γ and bonus); standard methods keep none."""
+    if engine.schedule is not None:
+        engine.schedule = PastDependentSchedule("adaptive", engine.schedule.gamma, engine.schedule.bonus)
+    return engine
+
+
+# The member runtimes every exactness test runs on: transformers' DynamicCache with the paper's fixed
+# schedule; the preallocated cache with it; and the preallocated cache with draft lengths that vary
+# from round to round (0 = a standard round), as the adaptive schedule's do.
+RUNTIMES = ["dynamic", "preallocated", "varied"]
+
+
+def engine_on(runtime: str, models_in_order, plan, **kwargs):
+    from cos import Engine
+
+    engine = Engine(members(*models_in_order, cache="dynamic" if runtime == "dynamic" else "preallocated"), plan,
+                    **kwargs)
+    return force_every_length(engine) if runtime == "varied" else engine
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from cos.member import Member, MemberStats
+from cos.schedule import CallCosts
 
 
 class TableMember(Member):
@@ -19,6 +20,7 @@ class TableMember(Member):
         self.by_position = scale * torch.randn(3, vocab, generator=gen)  # [position % 3, V]
         self.name, self.device, self.vocab_size = name, torch.device("cpu"), vocab
         self.max_positions, self.n_params = None, 1000 + seed
+        self.costs = CallCosts()  # never timed: the adaptive schedule then keeps γ (tests force lengths instead)
         self.reset()
 
     def reset(self) -> None:

@@ -21,6 +21,7 @@ import torch
 
 from cos import Engine, SamplingParams, make_combination, make_plan
 from cos import acceptance
+from conftest import force_every_length
 from table_member import TableMember
 
 VOCAB, N_TOKENS, N_SAMPLES, DELTA = 4, 3, 8000, 1e-6
@@ -69,7 +70,7 @@ CASES = {
 }
 
 
-def build(case: str, temperature: float = 1.0):
+def build(case: str, temperature: float = 1.0, schedule: str = "fixed"):
     method, n, gamma, proposer, bonus, *threshold = CASES[case]
     members = [TableMember(seed=10 + i, vocab=VOCAB, name=f"m{i}") for i in range(n)]
     if method == "sd":
@@ -80,6 +81,8 @@ def build(case: str, temperature: float = 1.0):
         combination = make_combination("we", n, weights=[0.6, 0.4] if n == 2 else [0.5, 0.3, 0.2])
     plan = make_plan(method, n, combination, gamma, proposer, bonus, *threshold)
     engine = Engine(members, plan)
+    if schedule == "varied":  # draft lengths 0..γ from round to round, chosen from past acceptances
+        force_every_length(engine)
     in_r = members[:1] if method == "sd" else members
     return engine, exact_distribution(in_r, plan.combination, SamplingParams(temperature))
 
@@ -90,6 +93,19 @@ def test_emitted_distribution_is_r(case):
     distance = l1_distance(engine, exact, 1.0)
     assert distance < THRESHOLD, f"{case}: L1 {distance:.4f} >= {THRESHOLD:.4f} (false alarm prob <= {DELTA})"
     assert engine.last.stats.drafted > 0
+
+
+VARIED = ["sd", "naive_none", "naive_exact", "cd_cos_2", "cos_3", "naive_exact_threshold"]
+
+
+@pytest.mark.parametrize("case", VARIED)
+def test_emitted_distribution_is_r_with_varying_draft_lengths(case):
+    """The adaptive schedule's setting: the draft length (0 = a standard round) changes from round to
+    round as a function of past acceptances. The output must still be distributed as r."""
+    engine, exact = build(case, schedule="varied")
+    distance = l1_distance(engine, exact, 1.0)
+    assert distance < THRESHOLD, f"{case}: L1 {distance:.4f} >= {THRESHOLD:.4f} (false alarm prob <= {DELTA})"
+    assert len(engine.schedule.last_run) == engine.schedule.gamma + 1  # every length ran, 0 included
 
 
 def test_with_temperature_and_top_k():

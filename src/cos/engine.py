@@ -24,8 +24,10 @@ from .methods.state import DecodeState
 from .plan import LOOPS, Plan, make_plan
 from .presets import make_combination
 from .sampling import SamplingParams
+from .schedule import Schedule
 from .stats import GenerationStats, MemberUsage, predict_speedup
 from .stopping import Stopper, as_stop_strings
+from .threads import ThreadPolicy
 
 
 @dataclass
@@ -36,7 +38,7 @@ class Generation:
 
 
 def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, proposer=None, bonus="none",
-                     draft_threshold=0.0, **combination_kwargs) -> Plan:
+                     draft_threshold=0.0, schedule=None, **combination_kwargs) -> Plan:
     """make_plan with the combination named by the method prefix (we_*, cd_*) or given explicitly."""
     if method not in LOOPS:
         raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
@@ -49,16 +51,22 @@ def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, pro
         combination = make_combination(kind, n_members, **combination_kwargs)
     elif isinstance(combination, str):
         combination = make_combination(combination, n_members, **combination_kwargs)
-    return make_plan(method, n_members, combination, gamma, proposer, bonus, draft_threshold)
+    return make_plan(method, n_members, combination, gamma, proposer, bonus, draft_threshold, schedule)
 
 
 class Engine:
-    def __init__(self, members: Sequence[Member], plan: Plan, tokenizer=None) -> None:
+    def __init__(self, members: Sequence[Member], plan: Plan, tokenizer=None, threads: int | str | None = None) -> None:
+        """threads: CPU threads per forward: "auto" (measured per kind of call, threads.py), an int, or None
+        (leave torch's setting alone). Shared by the members: torch's thread count is per process."""
         if len(members) != plan.n_members:
             raise ValueError(f"method {plan.method} was planned for {plan.n_members} members, got {len(members)}")
         check_vocabularies(members)
         self.members = list(members)
         self.plan = plan.resolve([m.n_params for m in members])
+        self.threads = ThreadPolicy(threads)
+        for m in self.members:
+            m.threads = self.threads
+        self.schedule = self._make_schedule()
         self.plan.combination.probe(self.members[0].vocab_size, self.members[0].device)  # bad r: fail now
         self.tokenizer = tokenizer
         self.device = self.members[0].device  # where r is computed and tokens are drawn
@@ -67,8 +75,12 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, paths: Sequence[str], method: str = "we", *, device="auto", dtype="bfloat16",
-                        tokenizer: str | None = None, **method_kwargs) -> "Engine":
+                        tokenizer: str | None = None, threads: int | str | None = "auto", **method_kwargs) -> "Engine":
         """Load members (config order) from folders or hub ids. The method is validated first.
+
+        Methods that draft run the adaptive schedule unless `schedule="fixed"` (schedule.py: never
+        slower than the standard method by the measured costs; seed fixes the distribution, not the draw).
+        threads: "auto" (default; measured per call, threads.py), an int, or None (torch's setting).
 
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
         default: 1.7x float32 for one 1.5B model and 2.4x for CoS on a 2-core AVX512-BF16 CPU
@@ -76,6 +88,8 @@ class Engine:
         """
         if isinstance(paths, str):
             raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
+        if LOOPS.get(method, "standard") != "standard":
+            method_kwargs.setdefault("schedule", "adaptive")
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
         paths = [check_model_path(p) for p in paths]
         devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
@@ -92,7 +106,7 @@ class Engine:
             plan.combination.probe(vocab)  # a combination's wrong shape or values: also before the weights
         members = [load_member(p, dv, dt) for p, dv, dt in zip(paths, devices, dtypes)]
         check_vocabularies(members, tokenizers)
-        return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0])
+        return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0], threads)
 
     # ---------------------------------------------------------------- generation
     def generate(self, prompt: str | Sequence[int], **options) -> Generation:
@@ -128,6 +142,14 @@ class Engine:
         self.last = self._finish(st, time.perf_counter() - started)
 
     # ---------------------------------------------------------------- internals
+    def _make_schedule(self) -> Schedule | None:
+        """The draft-length schedule, kept across requests (costs and probes carry over)."""
+        plan = self.plan
+        if plan.loop == "standard":
+            return None
+        bonus = 0 if plan.loop == "naive" and plan.bonus == "none" else 1
+        return Schedule(plan.schedule or "fixed", plan.gammas[plan.proposer], bonus)
+
     def _start(self, prompt_ids: list[int], params: SamplingParams, seed: int):
         plan = self.plan
         seq = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
@@ -137,18 +159,24 @@ class Engine:
         in_combination = [self.members[0]] if plan.loop == "sd" else self.members
         draft_model = self.members[1] if plan.loop == "sd" else None
         stats = GenerationStats(method=plan.method, gamma=plan.gammas, proposer=plan.proposer,
-                                bonus=plan.bonus if plan.loop == "naive" else "", draft_threshold=plan.draft_threshold)
+                                bonus=plan.bonus if plan.loop == "naive" else "", draft_threshold=plan.draft_threshold,
+                                schedule=self.schedule.kind if self.schedule else "")
         st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
         if plan.loop == "standard":
             return st, lambda: standard_round(st)
+        self.schedule.start()
         if plan.loop == "cos":
-            return st, AlternateLoop(st, plan.gammas, plan.proposer, plan.draft_threshold).round
+            return st, AlternateLoop(st, plan.gammas, plan.proposer, self.schedule, plan.draft_threshold).round
         proposer = None if plan.loop == "sd" else plan.proposer
-        return st, SpeculativeLoop(st, proposer, plan.gammas[plan.proposer], plan.bonus, plan.draft_threshold).round
+        return st, SpeculativeLoop(st, proposer, self.schedule, plan.bonus, plan.draft_threshold).round
 
     def _finish(self, st: DecodeState, seconds: float) -> Generation:
         for m in self.members:
-            m.stats.finish()
+            m.stats.finish(m.costs)
+        if self.schedule is not None:
+            self.schedule.finish()
+            st.stats.draft_lengths = dict(sorted(self.schedule.chosen.items()))
+        st.stats.threads = self.threads.best()
         st.stats.members = [MemberUsage(m.name, m.stats.calls, m.stats.tokens, m.stats.seconds) for m in self.members]
         st.stats.new_tokens = len(self._stopper.tokens)
         st.stats.wall_seconds = seconds

@@ -5,6 +5,11 @@ positions. `score(seq, n)` returns the member's logits at the last n positions o
 next one, feeding every token from its first invalid position (catch-up, pending, its own context).
 `rollback(n)` drops everything past n tokens. Invariant (tested): after any sequence of scores and
 rollbacks, the returned logits equal a fresh forward over the same tokens.
+
+The runtime around each forward: a preallocated KV cache (kv_cache.py; a rollback moves a length),
+the CPU thread policy (threads.py, shared by the members of an engine), and `costs`, the moving-average
+seconds per forward by tokens fed, which the adaptive schedule (schedule.py) reads. `costs` outlives a
+request; `stats` does not.
 """
 
 from __future__ import annotations
@@ -13,7 +18,11 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
+
+from .kv_cache import is_preallocated, make_cache
+from .schedule import CallCosts
+from .threads import ThreadPolicy
 
 
 @dataclass
@@ -25,11 +34,14 @@ class MemberStats:
     seconds: float = 0.0
     _events: list = field(default_factory=list, repr=False)  # CUDA (start, end) pairs, read at the end
 
-    def finish(self) -> None:
-        """Read pending CUDA timings (one sync, at the end of a generation)."""
+    def finish(self, costs: CallCosts) -> None:
+        """Read pending CUDA timings (one sync, at the end of a generation) into the totals and costs."""
         if self._events:
             self._events[-1][1].synchronize()
-            self.seconds += sum(s.elapsed_time(e) for s, e in self._events) / 1000.0
+            for start, end, n_tokens in self._events:
+                seconds = start.elapsed_time(end) / 1000.0
+                self.seconds += seconds
+                costs.observe(n_tokens, seconds)
             self._events.clear()
 
     @property
@@ -40,19 +52,27 @@ class MemberStats:
 class Member:
     """A causal LM with a KV cache. `name` is for logs; `device` is where its weights live."""
 
-    def __init__(self, model: PreTrainedModel, name: str = "member") -> None:
+    def __init__(self, model: PreTrainedModel, name: str = "member", cache: str = "preallocated",
+                 threads: ThreadPolicy | None = None) -> None:
+        """cache: preallocated (falls back to dynamic where the model needs it) | dynamic.
+        threads: the engine's shared policy; None leaves torch's thread count alone."""
         self.model = model.eval()
         self.name = name
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self.n_params = sum(p.numel() for p in model.parameters())
-        self.stats = MemberStats()
+        self.threads = threads or ThreadPolicy(None)
+        self.costs = CallCosts()
+        self.cache = make_cache(model.config, kind=cache)
         self.reset()
 
     def reset(self) -> None:
-        """Empty the cache and the statistics (a new request)."""
-        self.cache = DynamicCache(config=self.model.config)
+        """Empty the cache (keeping a preallocated one's buffers) and the statistics (a new request)."""
+        if is_preallocated(self.cache):
+            self.cache.reset()
+        else:
+            self.cache = make_cache(self.model.config, kind="dynamic")
         self.n_cached = 0
         self.stats = MemberStats()
 
@@ -61,6 +81,7 @@ class Member:
         """Cache all prompt tokens but the last (fed by the first decoding step), off the statistics."""
         self.reset()
         if prompt.shape[0] > 1:
+            self.threads.choose((self.name, "prefill"))
             self.model(input_ids=prompt[None, :-1].to(self.device), past_key_values=self.cache, use_cache=True,
                        logits_to_keep=1)
             self.n_cached = prompt.shape[0] - 1
@@ -82,9 +103,14 @@ class Member:
         assert 1 <= n <= length, (n, length)
         self.rollback(length - n)
         fed = seq[self.n_cached :].to(self.device, non_blocking=True)
+        kind = (self.name, min(fed.shape[0], 16))
+        threads = self.threads.choose(kind)
         start = self._clock()
         out = self.model(input_ids=fed[None], past_key_values=self.cache, use_cache=True, logits_to_keep=n)
-        self._stop_clock(start, fed.shape[0])
+        seconds = self._stop_clock(start, fed.shape[0])
+        if seconds is not None:
+            self.threads.observe(kind, threads, seconds)
+            self.costs.observe(fed.shape[0], seconds)
         self.n_cached = length
         return out.logits[0, -n:]  # [n, V]
 
@@ -95,12 +121,15 @@ class Member:
             return start
         return time.perf_counter()
 
-    def _stop_clock(self, start, n_tokens: int) -> None:
+    def _stop_clock(self, start, n_tokens: int) -> float | None:
+        """Count the call; on CPU return its seconds (CUDA timings are read once, at the end)."""
         self.stats.calls += 1
         self.stats.tokens += n_tokens
         if self.device.type == "cuda":
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            self.stats._events.append((start, end))
-        else:
-            self.stats.seconds += time.perf_counter() - start
+            self.stats._events.append((start, end, n_tokens))
+            return None
+        seconds = time.perf_counter() - start
+        self.stats.seconds += seconds
+        return seconds

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .combination import Combination, Single
+from .schedule import SCHEDULES
 
 LOOPS = {
     "large_model": "standard",
@@ -57,6 +58,7 @@ class Plan:
     proposer: int | None = None  # None = not yet resolved (smallest member)
     bonus: str = "none"
     draft_threshold: float = 0.0  # > 0: a draft ends after a token its proposer gave less (proposer.py)
+    schedule: str | None = None  # fixed | adaptive (schedule.py); None: fixed (standard methods: n/a)
 
     def __post_init__(self) -> None:
         if self.method not in LOOPS:
@@ -86,6 +88,10 @@ class Plan:
             raise ValueError(f"method {self.method} drafts nothing: draft_threshold applies to sd, *_sd and *_chef")
         if ignored_bonus(self.method, self.bonus):
             raise ValueError(ignored_bonus(self.method, self.bonus))
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")
+        if self.schedule is not None and self.loop == "standard":
+            raise ValueError(f"method {self.method} drafts nothing: schedule applies to sd, *_sd and *_chef")
         if self.loop == "sd" and self.proposer not in (None, 1):
             raise ValueError("method sd: the proposer is the draft model (member 1)")
 
@@ -115,6 +121,7 @@ def make_plan(
     proposer: int | None = None,
     bonus: str = "none",
     draft_threshold: float = 0.0,
+    schedule: str | None = None,
 ) -> Plan:
     """Validate a method configuration. Collaborative methods need a combination.
 
@@ -133,4 +140,4 @@ def make_plan(
     elif isinstance(gamma, bool) or not isinstance(gamma, int):
         raise ValueError(f"gamma must be an int >= 1 (or a list of them, one per member), got {gamma!r} "
                          f"({type(gamma).__name__})")
-    return Plan(method, loop, combination, n_members, gamma, proposer, bonus, draft_threshold)
+    return Plan(method, loop, combination, n_members, gamma, proposer, bonus, draft_threshold, schedule)

@@ -35,6 +35,10 @@ class GenerationStats:
     bonus: str = ""
     draft_threshold: float = 0.0  # > 0: drafts of varying length (no closed-form prediction)
     stop_reason: str = ""
+    schedule: str = ""  # fixed | adaptive ("" for standard methods)
+    standard_rounds: int = 0  # rounds the adaptive schedule ran without drafting
+    draft_lengths: dict[int, int] = field(default_factory=dict)  # draft length chosen -> rounds
+    threads: dict[str, int] = field(default_factory=dict)  # CPU threads chosen per kind of call (threads.py)
     members: list[MemberUsage] = field(default_factory=list)
     predicted_speedup: float | None = None
 
@@ -78,12 +82,14 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
     sd: (1-α^(γ+1)) / ((1-α)(1+cγ)) (Leviathan et al.). naive: tokens/round × Σt / (γ t_p + Σ t_v)
     (Thm 3.1 for n = 2), with the bonus round of Leviathan when `bonus == "exact"`. cos, n = 2:
     (1-α^γq)(1+c) / ((1-α)(1+cγq - α^γp c)) (Thm 3.6). Otherwise None: no closed form is claimed
-    (n >= 3 members under cos, or drafts cut by a confidence threshold: γ is then not fixed).
+    (n >= 3 members under cos, drafts cut by a confidence threshold, or an adaptive schedule that
+    chose other lengths than γ: γ is then not fixed).
     """
     alpha = stats.acceptance_rate
     if loop == "standard":
         return 1.0
-    if stats.draft_threshold > 0 or alpha is None or stats.proposer is None \
+    varied = any(k != stats.gamma[stats.proposer] for k in stats.draft_lengths) if stats.proposer is not None else False
+    if stats.draft_threshold > 0 or varied or alpha is None or stats.proposer is None \
             or any(m.seconds_per_call <= 0 for m in stats.members):
         return None
     alpha = min(alpha, 1 - 1e-9)

@@ -3,7 +3,7 @@
 State: committed tokens (st.seq); pending tokens S_c, each drawn from its owner's own distribution
 q; per member k, `cached[k]`: the logits it has already computed at the positions of a
 head-aligned prefix of S_c. One round:
-  1. nothing pending: the default proposer drafts γ tokens;
+  1. nothing pending: the default proposer drafts γ tokens (the schedule's k; k = 0: a standard round);
   2. the first member with nothing cached scores all of S_c in one pass and appends its bonus
      (drawn from its own distribution, to be verified later like any draft);
   3. while every member has the head cached, the head block is verified against r; a rejection
@@ -19,15 +19,20 @@ import torch
 from ..acceptance import verify_block
 from ..proposer import MemberProposer
 from ..sampling import pick, to_probs
+from ..schedule import Schedule
+from .standard import standard_round
 from .state import DecodeState
 
 
 class AlternateLoop:
-    def __init__(self, st: DecodeState, gammas: list[int], default_proposer: int, stop_below: float = 0.0) -> None:
-        """stop_below: every proposer's confidence threshold (proposer.MemberProposer)."""
+    def __init__(self, st: DecodeState, gammas: list[int], default_proposer: int, schedule: Schedule,
+                 stop_below: float = 0.0) -> None:
+        """schedule: the default proposer's draft length when nothing is pending (its γ, or adaptive;
+        0 = a standard round). stop_below: every proposer's confidence threshold (proposer.MemberProposer)."""
         self.st = st
         self.gammas = gammas
         self.default = default_proposer
+        self.schedule = schedule
         self.proposers = [MemberProposer(m, st.params, st.generator, stop_below) for m in st.members]
         self._clear()
 
@@ -51,9 +56,14 @@ class AlternateLoop:
     def round(self) -> list[int]:
         st, greedy = self.st, self.st.params.greedy
         start = st.seq.shape[0]
-        # 1. nothing pending: the default proposer drafts
+        # 1. nothing pending: the default proposer drafts (as many as the schedule says; 0 = a standard round)
         if self.pending.shape[0] == 0:
-            self._draft(self.default, self.gammas[self.default])
+            others = [m.costs for i, m in enumerate(st.members) if i != self.default]
+            k = self.schedule.length(st.members[self.default].costs, others, True)
+            if k == 0:
+                st.stats.standard_rounds += 1
+                return standard_round(st)
+            self._draft(self.default, k)
         # 2. a member with nothing cached scores all pending tokens in one pass, then draws its bonus
         m = next(i for i, c in enumerate(self.cached) if c is None)
         n_pending = self.pending.shape[0]
@@ -72,6 +82,7 @@ class AlternateLoop:
             st.stats.rounds += 1
             st.stats.drafted += n
             st.stats.accepted += n_acc
+            self.schedule.observe(n, n_acc)
             if n_acc < n:  # rejection: commit the residual, clear, restart from the default proposer
                 emitted = st.commit(tokens[:n_acc] + [nxt], keep_cached=start + n_acc)
                 self._clear()

@@ -15,16 +15,20 @@ import torch
 from ..acceptance import NO_TOKEN, verify_block
 from ..proposer import MemberProposer
 from ..sampling import pick
+from ..schedule import Schedule
+from .standard import standard_round
 from .state import DecodeState
 
 
 class SpeculativeLoop:
-    def __init__(self, st: DecodeState, proposer: int | None, gamma: int, bonus: str, stop_below: float = 0.0) -> None:
+    def __init__(self, st: DecodeState, proposer: int | None, schedule: Schedule, bonus: str,
+                 stop_below: float = 0.0) -> None:
         """proposer: config index into st.members, or None for st.draft_model (sd).
+        schedule: the draft length before each round (γ, or adaptive; 0 = a standard round).
         stop_below: the proposer's confidence threshold (proposer.MemberProposer)."""
         self.st = st
         self.p = proposer
-        self.gamma = gamma
+        self.schedule = schedule
         self.bonus = bonus
         member = st.draft_model if proposer is None else st.members[proposer]
         self.proposer = MemberProposer(member, st.params, st.generator, stop_below)
@@ -39,6 +43,11 @@ class SpeculativeLoop:
     def round(self) -> list[int]:
         st, greedy = self.st, self.st.params.greedy
         seq, start = st.seq, st.seq.shape[0]
+        # 0. how many drafts: the plan's γ, or the schedule's choice from costs measured so far
+        gamma = self.schedule.length(self.proposer.member.costs, [m.costs for m in self.verifiers], self.p is not None)
+        if gamma == 0 and self.carry is None:  # a standard round is expected to be faster now
+            st.stats.standard_rounds += 1
+            return standard_round(st)
         # 1. bonus from the carried verifier distributions: the proposer's forward here completes r
         head_tokens, head_q, head_r = [], [], []
         if self.carry is not None:
@@ -48,7 +57,7 @@ class SpeculativeLoop:
             self.carry = None
         # 2. propose γ drafts after committed + bonus (fewer when the token budget is nearly spent, or
         #    when the proposer's confidence falls below its threshold)
-        k = max(1, min(self.gamma, st.stopper.max_new_tokens - len(st.stopper.tokens) - len(head_tokens)))
+        k = max(1, min(gamma, st.stopper.max_new_tokens - len(st.stopper.tokens) - len(head_tokens)))
         draft = self.proposer.propose(seq, k)
         k = draft.tokens.shape[0]
         block = torch.cat([seq, draft.tokens])
@@ -67,6 +76,7 @@ class SpeculativeLoop:
         st.stats.rounds += 1
         st.stats.drafted += k
         st.stats.accepted += max(0, n_acc - len(head_tokens))
+        self.schedule.observe(k, max(0, n_acc - len(head_tokens)))
         st.commit(host_tokens[:n_acc] + ([nxt] if nxt != NO_TOKEN else []), keep_cached=start + n_acc)
         if self.bonus == "exact" and self.p is not None and n_acc == len(host_tokens) and not st.done:
             self.carry = [x[k:] for x in v]

@@ -109,6 +109,7 @@ def settings(cell: Cell, grid: Grid) -> dict[str, object]:
         f"method.{keys[1]}": pair.members[1] if len(pair.members) == 2 else pair.members[1:],
         "method.gamma": [cell.gamma if i == pair.proposer else 1 for i in range(len(pair.members))],
         "method.proposer": pair.proposer, "method.bonus": "none",
+        "method.schedule": "fixed",  # the paper's schedule: γ every round
         "method.generate.temperature": float(cell.temperature), "method.generate.max_tokens": data.max_tokens,
     })
     if cell.family == "we":

@@ -64,10 +64,10 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
     members = [loaded[key] for key in keys]
     check_vocabularies(members, tokenizers)
     # 3. engines: the baseline runs on the same member objects (large_model: the first only)
-    engine = Engine(members, plan, tokenizers[0])
+    engine = Engine(members, plan, tokenizers[0], run.threads)
     baseline = None
     if baseline_plan is not None:
-        baseline = Engine(members[: baseline_plan.n_members], baseline_plan, tokenizers[0])
+        baseline = Engine(members[: baseline_plan.n_members], baseline_plan, tokenizers[0], run.threads)
     return Built(engine, baseline, tokenizers[0], paths)
 
 

@@ -89,6 +89,7 @@ class RunConfig:
     max_prompt_len: int = -1
     devices: list = field(default_factory=lambda: ["auto"])  # one per member
     dtypes: list = field(default_factory=lambda: ["float32"])
+    threads: int | str | None = "auto"  # CPU threads per forward (threads.py)
     warmup: int = 1
     progress: bool = True
 
@@ -125,9 +126,11 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
                 "bonus": m.get("bonus", "none") if loop == "naive" else "none"}
     if m.get("draft_threshold") is not None:
         kw["draft_threshold"] = m["draft_threshold"]  # checked by the plan (a probability in [0, 1))
-    if loop == "standard":  # nothing is drafted: a speculative method's gamma and threshold do not apply
+    kw["schedule"] = m.get("schedule") or "adaptive"  # checked by the plan (fixed | adaptive)
+    if loop == "standard":  # nothing is drafted: a speculative method's gamma, threshold, schedule do not apply
         kw["gamma"] = 1
         kw.pop("draft_threshold", None)
+        kw.pop("schedule")
     if loop in ("naive", "cos") and m.get("proposer") is not None:
         kw["proposer"] = _int("method.proposer", m["proposer"], 0)
     combination = m.get("combination")
@@ -183,6 +186,13 @@ def refuse_ignored(m: Mapping) -> None:
         raise ValueError(f"{ignored_bonus(name, m['bonus'])}: set method.bonus=none")
 
 
+def _threads(value):
+    """threads: auto | an int >= 1 | null (torch's own setting)."""
+    if value is None or value == "auto":
+        return value
+    return _int("threads", value, 1)
+
+
 def run_config(cfg: Mapping) -> RunConfig:
     """Check a composed config (a plain dict) and return the run's arguments."""
     check_keys(cfg)
@@ -206,4 +216,5 @@ def run_config(cfg: Mapping) -> RunConfig:
                      seed=_int("seed", cfg.get("seed", 42), 0), max_prompt_len=max_prompt_len,
                      devices=_per_member("device", cfg.get("device", "auto"), n),
                      dtypes=_per_member("dtype", cfg.get("dtype", "float32"), n),
+                     threads=_threads(cfg.get("threads", "auto")),
                      warmup=_int("warmup", cfg.get("warmup", 1), 0), progress=_bool("progress", cfg.get("progress", True)))

@@ -18,6 +18,7 @@ from ..datasets.base import resolve_size
 from .build import Built, build_engines, check_before_loading
 from .compare import compare_tokens, difference_message
 from .config import RunConfig, run_config
+from ..machine import LoadMeter
 from .results import RESULTS, ResultsWriter, prepare_output, write_summary
 from .summary import record_stats, summarize, summary_lines
 
@@ -120,7 +121,8 @@ def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] |
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in done]
     log.info("%s on %s: %d prompts, %d already done; results in %s (resume: save_path=%s)", run.method.method,
              run.dataset["name"], len(examples), len(examples) - len(todo), out_dir / RESULTS, out_dir)
-    # 2. generate what is left, one record flushed per prompt
+    # 2. generate what is left, one record flushed per prompt (and how busy the machine was meanwhile)
+    meter = LoadMeter()
     if todo:
         built = build_engines(run, paths=paths, loaded=loaded)
         encoded = lambda ex: encode(built.tokenizer, ex.prompt, run.dataset["chat_template"], run.max_prompt_len)
@@ -140,6 +142,7 @@ def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] |
                 bar.update(1)
                 if on_record is not None:
                     on_record(record)
+    load = meter.stop()
     # 3. summary over the selected prompts
     selected = {ex.id for ex in examples}
     mine = [r for r in records if r["id"] in selected]
@@ -148,7 +151,7 @@ def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] |
                         info={"dataset": run.dataset["name"], "size": run.dataset.get("size"),
                               "models": run.method.members, "model_paths": paths,
                               "temperature": float(run.generate.temperature),
-                              "output_dir": str(out_dir)})
+                              "output_dir": str(out_dir), "load": load.as_dict() if todo else None})
     if summary.get("compare_with"):
         summary["compare_with"]["quality"] = adapter.aggregate([r["baseline"]["score"] for r in mine])
     write_summary(out_dir, summary)

@@ -109,5 +109,10 @@ def summary_lines(s: dict) -> list[str]:
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     if c and c["greedy_compared"]:
         lines.append(f"greedy outputs identical to {c['method']} on {c['identical']}/{c['greedy_compared']} prompts")
+    load = s.get("load")
+    if load and load.get("busy"):
+        from ..machine import Load
+
+        lines.append(Load(**{k: load[k] for k in ("cores", "loadavg_before", "loadavg_after", "others_cores")}).warning())
     lines.append(f"results: {s.get('output_dir')}")
     return lines

@@ -1,0 +1,124 @@
+"""How many tokens to draft before each round, or none: "never slower", made operational.
+
+`fixed` keeps the paper's schedule: the proposer drafts γ every round (seed-deterministic; what the
+reproduction grids use). `adaptive` chooses, before each round that starts a draft, the length k in
+0..γ that maximises expected tokens per second under the cost model of ALGORITHM.md §6, with every
+cost measured on this machine, now:
+    k = 0 (a standard round):  1 token  for  Σ_m t_m(1)
+    k ≥ 1 (a speculative one): (1 - α^(k+b)) / (1 - α) tokens  for  k·t_p(1) + Σ_v t_v(k+1)
+t_m(n) is member m's moving-average seconds for a forward of n tokens (`CallCosts`), so a block
+verify that costs more than one step (as bf16 on CPUs without native bf16 does) or a draft step that
+slowed under load moves the choice; b = 1 where a full accept ends with a bonus token (sd, `bonus:
+exact`, the alternate proposals of CoS), else 0; α is this generation's acceptance rate, shrunk
+towards the previous generation's (or 0.5) by PRIOR_DRAFTS pseudo-drafts.
+
+Exactness: the choice depends only on what happened before the round (timings, acceptances), never
+on the round's own draws, and every length verifies its drafts against r the same way, so the
+output keeps the distribution of r (greedy: the same tokens; tested). Timings differ between runs,
+so under sampling a seed fixes the distribution, not the draw: use `fixed` for seed-reproducible text.
+
+Every candidate is measured from time to time (each PROBE_EVERY-th round runs the one measured
+longest ago), so a choice made under one load is revisited when the load changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+SCHEDULES = ("fixed", "adaptive")
+EWMA = 0.3
+PRIOR_DRAFTS = 4.0
+PROBE_EVERY = 16
+
+
+@dataclass
+class CallCosts:
+    """Moving-average seconds per forward of a member, by the number of tokens fed."""
+
+    seconds: dict[int, float] = field(default_factory=dict)
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        old = self.seconds.get(n_tokens)
+        self.seconds[n_tokens] = seconds if old is None else (1 - EWMA) * old + EWMA * seconds
+
+    def __call__(self, n_tokens: int) -> float | None:
+        """Estimated seconds for n tokens: measured, else the nearest measured length below (else above)."""
+        if n_tokens in self.seconds:
+            return self.seconds[n_tokens]
+        below = [n for n in self.seconds if n < n_tokens]
+        above = [n for n in self.seconds if n > n_tokens]
+        if below:
+            return self.seconds[max(below)]
+        return self.seconds[min(above)] if above else None
+
+
+def expected_tokens(alpha: float, k: int, bonus: int) -> float:
+    """Tokens per round of k drafts: accepted prefix + (residual or bonus), §6 with independent α."""
+    n = k + bonus
+    return float(n) if alpha >= 1.0 else (1 - alpha**n) / (1 - alpha)
+
+
+def best_length(alpha: float, gamma: int, bonus: int, draft_step: float, verify: Callable[[int], float],
+                standard: float) -> int:
+    """argmax over k in 0..γ of tokens per second (0 = a standard round); ties keep the shorter.
+
+    draft_step: t_p(1); verify(n): Σ_v t_v(n); standard: Σ_m t_m(1).
+    """
+    best, best_rate = 0, 1.0 / standard
+    for k in range(1, gamma + 1):
+        rate = expected_tokens(alpha, k, bonus) / (k * draft_step + verify(k + 1))
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
+class Schedule:
+    """Per engine: `length(...)` before a round; `observe(drafted, accepted)` after it."""
+
+    def __init__(self, kind: str, gamma: int, bonus: int) -> None:
+        if kind not in SCHEDULES:
+            raise ValueError(f"unknown schedule {kind!r}: use one of {', '.join(SCHEDULES)}")
+        self.kind, self.gamma, self.bonus = kind, gamma, bonus
+        self.prior = 0.5
+        self.rounds = 0  # over the engine's life: probes and first measurements are not repeated per request
+        self.last_run: dict[int, int] = {}  # k -> the round it last ran in
+        self.start()
+
+    def start(self) -> None:
+        """A new generation: acceptance counts restart, shrunk towards the last generation's rate."""
+        self.drafted = self.accepted = 0
+        self.chosen: dict[int, int] = {}  # k -> rounds this generation, for the statistics
+
+    def finish(self) -> None:
+        if self.drafted:
+            self.prior = self.alpha
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + PRIOR_DRAFTS * self.prior) / (self.drafted + PRIOR_DRAFTS)
+
+    def length(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool) -> int:
+        """Drafts for the next round (0 = a standard round). proposer_in_r: the proposer is a member of
+        the combination (a standard round runs it too), not a draft model beside it (sd)."""
+        k = self.gamma if self.kind == "fixed" else self._adaptive(proposer, verifiers, proposer_in_r)
+        self.rounds += 1
+        self.last_run[k] = self.rounds
+        self.chosen[k] = self.chosen.get(k, 0) + 1
+        return k
+
+    def _adaptive(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool) -> int:
+        if self.rounds % PROBE_EVERY == PROBE_EVERY - 1:  # revisit the choice measured longest ago
+            return min(range(self.gamma + 1), key=lambda k: self.last_run.get(k, 0))
+        for k in (self.gamma, 0, 1):  # first measure the plan, a standard round and the shortest draft
+            if k not in self.last_run:
+                return k
+        step = proposer(1)
+        if step is None or any(v(1) is None for v in verifiers):
+            return self.gamma
+        standard = sum(v(1) for v in verifiers) + (step if proposer_in_r else 0.0)
+        return best_length(self.alpha, self.gamma, self.bonus, step, lambda n: sum(v(n) for v in verifiers), standard)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted

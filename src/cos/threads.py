@@ -1,0 +1,106 @@
+"""CPU thread policy: how many intra-op threads each member forward runs with.
+
+torch's default, one thread per core, is the fastest choice on a quiet machine and the slowest on a
+busy one: every parallel region (each matmul of each layer) waits for its slowest thread, and a thread
+the OS has parked for another process holds the whole forward for a time slice. Measured on the 2-core
+development machine with one steady competitor: 2 threads ran the Qwen pair 3x slower than quiet, 1
+thread 12% slower (ENVIRONMENT.md). No fixed count is right for every load, so `threads="auto"` measures.
+
+auto: per kind of call (member, tokens fed), it keeps a moving average of the seconds a call takes
+with each candidate count (all cores, and 1), uses the faster, and now and then runs one call with the
+other to notice a change of load; the interval doubles while the choice keeps winning (8 -> 128
+calls) and resets when the chosen count's time jumps (load arrived). The thread count never changes
+what a forward computes (checked bitwise on the packaged Qwen models, 1 vs 2 threads), so the policy
+cannot change any output. An int fixes the count (as torch.set_num_threads); None leaves torch's
+setting alone (members built directly, tests).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+EWMA = 0.3  # weight of the newest call in each moving average
+FIRST_PROBE, LAST_PROBE = 8, 128  # calls between probes of the other count (doubling while it loses)
+JUMP = 1.5  # a call this much slower than its average means the load changed: probe again soon
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class _Arm:
+    """One kind of call: moving average seconds per candidate thread count, and the probe schedule."""
+
+    seconds: dict[int, float] = field(default_factory=dict)
+    calls: int = 0
+    probe_every: int = FIRST_PROBE
+
+
+class ThreadPolicy:
+    """`choose(kind)` before a forward sets torch's thread count; `observe(kind, threads, seconds)` after."""
+
+    def __init__(self, threads: int | str | None = "auto") -> None:
+        cores = available_cores()
+        if threads is None:
+            self.candidates = []
+        elif threads == "auto":
+            self.candidates = [cores, 1] if cores > 1 else [1]
+        elif isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
+            self.candidates = [threads]
+        else:
+            raise ValueError(f"threads must be 'auto' or an int >= 1 (cores here: {cores}), got {threads!r}")
+        self.setting = threads
+        self.arms: dict[tuple, _Arm] = {}
+
+    @property
+    def adaptive(self) -> bool:
+        return len(self.candidates) > 1
+
+    def choose(self, kind: tuple) -> int:
+        if not self.candidates:
+            return torch.get_num_threads()
+        threads = self._pick(kind)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return threads
+
+    def _pick(self, kind: tuple) -> int:
+        if not self.adaptive:
+            return self.candidates[0]
+        arm = self.arms.setdefault(kind, _Arm())
+        untried = [t for t in self.candidates if t not in arm.seconds]
+        if untried:
+            return untried[0]
+        best = min(arm.seconds, key=arm.seconds.get)
+        if arm.calls % arm.probe_every == arm.probe_every - 1:
+            return next(t for t in self.candidates if t != best)
+        return best
+
+    def observe(self, kind: tuple, threads: int, seconds: float) -> None:
+        if not self.adaptive:
+            return
+        arm = self.arms.setdefault(kind, _Arm())
+        arm.calls += 1
+        old = arm.seconds.get(threads)
+        best = min(arm.seconds, key=arm.seconds.get) if arm.seconds else threads
+        if old is None:
+            arm.seconds[threads] = seconds
+            return
+        if threads == best and seconds > JUMP * old:
+            arm.probe_every = FIRST_PROBE  # the chosen count slowed down: look at the other one soon
+        elif threads != best:  # a probe: it lost again (probe less often), or it won (look closer)
+            lost = seconds > arm.seconds[best]
+            arm.probe_every = min(LAST_PROBE, arm.probe_every * 2) if lost else FIRST_PROBE
+        arm.seconds[threads] = (1 - EWMA) * old + EWMA * seconds
+
+    def best(self) -> dict[str, int]:
+        """Each kind of call's current choice, for logs: {"member/tokens": threads}."""
+        return {"/".join(map(str, k)): min(a.seconds, key=a.seconds.get) for k, a in self.arms.items() if a.seconds}

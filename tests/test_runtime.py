@@ -1,0 +1,218 @@
+"""The member runtime: preallocated KV cache, CPU thread policy, per-call costs, adaptive schedule."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import members
+from cos import Engine, make_combination, make_plan
+from cos.kv_cache import PreallocatedLayer, is_preallocated, make_cache
+from cos.member import Member
+from cos.methods.reference import reference_generate
+from cos.sampling import SamplingParams
+from cos.schedule import CallCosts, Schedule, best_length, expected_tokens
+from cos.threads import FIRST_PROBE, ThreadPolicy
+
+PROMPT = [3, 17, 42, 8, 23]
+
+
+# ----------------------------------------------------------------- preallocated KV cache
+@pytest.mark.parametrize("capacity", [4, 256])
+def test_preallocated_rollback_then_redecode_equals_fresh_forward(models, capacity):
+    """Any mix of blocks and rollbacks (capacity 4: the buffers also grow several times mid-sequence)."""
+    model = models["base"]
+    member = Member(model)
+    member.cache = make_cache(model.config, capacity=capacity)
+    assert is_preallocated(member.cache)
+    rng = random.Random(1)
+    seq = torch.tensor(PROMPT)
+    member.prefill(seq)
+    for _ in range(40):
+        if rng.random() < 0.4 and seq.shape[0] > 3:  # a rejection: drop a random tail
+            seq = seq[: rng.randint(2, seq.shape[0] - 1)]
+            member.rollback(seq.shape[0] - rng.randint(0, 1))
+        seq = torch.cat([seq, torch.randint(0, 64, (rng.randint(1, 4),))])  # a drafted block
+        n = rng.randint(1, 3)
+        got = member.score(seq, n)
+        with torch.inference_mode():
+            fresh = model(input_ids=seq[None]).logits[0, -n:]
+        assert torch.allclose(got, fresh, atol=1e-4), f"cached logits drifted: {(got - fresh).abs().max():.2e}"
+        assert member.cache.get_seq_length() == seq.shape[0]
+
+
+def test_preallocated_cache_is_reused_across_requests(models):
+    member = Member(models["base"])
+    member.prefill(torch.tensor(PROMPT * 4))
+    member.score(torch.tensor(PROMPT * 4 + [1, 2]), 2)
+    buffer = member.cache.layers[0]._k.data_ptr()
+    member.prefill(torch.tensor(PROMPT * 3))  # a new request: nothing allocated
+    member.score(torch.tensor(PROMPT * 3 + [5]), 1)
+    assert member.cache.layers[0]._k.data_ptr() == buffer
+    assert member.cache.get_seq_length() == len(PROMPT) * 3 + 1
+
+
+def test_dynamic_and_preallocated_generate_the_same(models):
+    pair = [models["base"], models["close"]]
+    plan = lambda: make_plan("we_chef", 2, make_combination("we", 2), [1, 5])
+    outs = [Engine(members(*pair, cache=c), plan()).generate(PROMPT, max_new_tokens=40, temperature=0,
+                                                               eos_token_ids=[]).tokens
+            for c in ("dynamic", "preallocated")]
+    assert outs[0] == outs[1]
+
+
+def test_models_with_other_layer_types_fall_back_to_dynamic(models, caplog):
+    config = models["base"].config.__class__(**models["base"].config.to_dict())
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    config.sliding_window = 8
+    with caplog.at_level(logging.WARNING, logger="cos.kv_cache"):
+        cache = make_cache(config)
+    assert isinstance(cache, DynamicCache) and not is_preallocated(cache)
+    assert "sliding_attention" in caplog.text and "dynamic KV cache" in caplog.text
+    with pytest.raises(ValueError, match="unknown cache kind"):
+        make_cache(config, kind="paged")
+
+
+def test_preallocated_layer_crop_forms():
+    layer = PreallocatedLayer(capacity=2)
+    k = torch.randn(1, 2, 5, 4)
+    keys, _ = layer.update(k, k)
+    assert keys.shape[-2] == 5 and layer.capacity >= 5 and torch.equal(keys, k)
+    layer.crop(-2)  # drop 2
+    assert layer.get_seq_length() == 3
+    layer.crop(1)  # keep 1 (transformers' positive form)
+    assert layer.get_seq_length() == 1 and torch.equal(layer.keys, k[:, :, :1])
+
+
+# ----------------------------------------------------------------- thread policy
+def test_thread_policy_fixed_and_none():
+    before = torch.get_num_threads()
+    try:
+        assert ThreadPolicy(1).choose(("m", 1)) == 1 and torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert ThreadPolicy(None).choose(("m", 1)) == 2  # left alone
+        for bad in (0, -1, "many", 1.5, True):
+            with pytest.raises(ValueError, match="threads must be 'auto' or an int"):
+                ThreadPolicy(bad)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_thread_policy_auto_follows_the_faster_count_and_notices_a_change():
+    before = torch.get_num_threads()
+    policy = ThreadPolicy("auto")
+    policy.candidates = [2, 1]  # as on a 2-core machine, whatever this one has
+    try:
+        cost = {2: 1.0, 1: 1.8}  # quiet: all cores win
+        picks = []
+        for _ in range(200):
+            t = policy.choose(("m", 1))
+            picks.append(t)
+            policy.observe(("m", 1), t, cost[t])
+        assert picks[:2] == [2, 1] and picks[-50:].count(2) >= 48  # tried both, then mostly 2, probing rarely
+        assert policy.arms[("m", 1)].probe_every > FIRST_PROBE  # the probes kept losing: rarer
+        cost = {2: 3.2, 1: 2.0}  # a competitor arrives: a parked thread stalls every parallel region
+        picks = []
+        for _ in range(60):
+            t = policy.choose(("m", 1))
+            picks.append(t)
+            policy.observe(("m", 1), t, cost[t])
+        assert picks[-30:].count(1) >= 28
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_thread_count_does_not_change_logits(models):
+    """What makes the auto policy safe: a forward computes the same numbers with 1 or 2 threads."""
+    before = torch.get_num_threads()
+    x = torch.tensor([PROMPT * 6])
+    outs = []
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            with torch.inference_mode():
+                outs.append(models["base"](input_ids=x).logits)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1])
+
+
+# ----------------------------------------------------------------- schedule
+def test_expected_tokens():
+    assert expected_tokens(0.5, 3, 0) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens(0.5, 3, 1) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tokens(1.0, 4, 1) == 5
+
+
+def test_best_length_follows_the_costs():
+    flat = lambda n: 1.0  # a verify pass costs one step whatever its length (memory-bound)
+    assert best_length(0.9, 5, 1, draft_step=0.2, verify=flat, standard=1.2) == 5
+    assert best_length(0.1, 5, 0, draft_step=0.9, verify=flat, standard=1.9) == 0  # nothing accepted: standard
+    steep = lambda n: 1.0 + 0.6 * (n - 1)  # bf16 without native support: blocks cost ~linearly more
+    assert best_length(0.7, 5, 1, draft_step=0.37, verify=steep, standard=1.37) == 1
+    # Cor. 3.7: with γ = 1 and a bonus, speculation never loses, (1+c)/(1+c(1-α)) >= 1; equal at α = 0
+    assert best_length(0.2, 1, 1, draft_step=1.0, verify=flat, standard=2.0) == 1
+    assert best_length(0.0, 1, 1, draft_step=1.0, verify=flat, standard=2.0) == 0  # a tie: the standard round
+
+
+def test_schedule_fixed_always_gamma_adaptive_measures_then_chooses():
+    costs = CallCosts()
+    assert costs(1) is None
+    costs.observe(1, 0.1)
+    costs.observe(6, 0.5)
+    assert costs(1) == 0.1 and costs(4) == 0.1 and costs(9) == 0.5
+    fixed = Schedule("fixed", 5, 1)
+    assert [fixed.length(costs, [costs], True) for _ in range(20)] == [5] * 20
+    adaptive = Schedule("adaptive", 5, 0)  # no bonus (Naive-CoS): with one, k = 1 never loses (Cor. 3.7)
+    verifier = CallCosts({1: 1.0, 2: 1.1, 3: 1.2, 4: 1.3, 5: 1.4, 6: 1.5})
+    drafter = CallCosts({1: 0.3})
+    first = [adaptive.length(drafter, [verifier], True) for _ in range(3)]
+    assert first == [5, 0, 1]  # measure the plan, a standard round, the shortest draft
+    adaptive.observe(5, 0)  # nothing accepted
+    adaptive.observe(20, 0)
+    assert adaptive.alpha < 0.1
+    assert adaptive.length(drafter, [verifier], True) == 0
+    with pytest.raises(ValueError, match="unknown schedule"):
+        Schedule("greedy", 5, 1)
+
+
+def test_adaptive_schedule_is_exact_greedy_and_refused_for_standard_methods(models):
+    pair = [models["base"], models["stranger"]]
+    combination = make_combination("cd", 2)
+    ref = reference_generate(pair, combination, PROMPT, 48, SamplingParams(0))
+    for method, gamma in (("cd_sd", 5), ("cd_chef", [1, 5])):
+        engine = Engine(members(*pair), make_plan(method, 2, combination, gamma, 1 if method == "cd_sd" else None,
+                                                  schedule="adaptive"), threads="auto")
+        for _ in range(3):  # the schedule learns across requests; every request equals the reference
+            out = engine.generate(PROMPT, max_new_tokens=48, temperature=0, eos_token_ids=[])
+            assert out.tokens == ref, method
+        assert out.stats.schedule == "adaptive"
+    with pytest.raises(ValueError, match="drafts nothing"):
+        make_plan("cd", 2, combination, schedule="adaptive")
+
+
+# ----------------------------------------------------------------- machine load
+def test_load_meter_sees_a_competitor():
+    import subprocess
+    import sys
+    import time
+
+    from cos.machine import Load, LoadMeter
+
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
+    try:
+        time.sleep(0.3)
+        meter = LoadMeter()
+        time.sleep(1.5)
+        load = meter.stop()
+    finally:
+        spinner.wait()
+    assert load.others_cores is not None and load.others_cores > 0.5  # the spinner holds about one core
+    assert load.busy and load.warning().startswith("timings unreliable: load")
+    quiet = Load(cores=2, loadavg_before=0.1, loadavg_after=0.2, others_cores=0.05)
+    assert not quiet.busy and quiet.warning() is None
+    assert Load(cores=2, loadavg_before=2.4, loadavg_after=3.0, others_cores=None).busy
