@@ -400,3 +400,38 @@ def test_stop_strings_one_string_is_one_stop():
     assert as_stop_strings(["x", "E"]) == ("x", "E") and as_stop_strings(None) == as_stop_strings(()) == ()
     with pytest.raises(ValueError, match="stop strings must be non-empty strings"):
         as_stop_strings(["ok", ""])
+
+
+def test_vllm_admission_hook_waits_for_vllm_to_import_the_module(tmp_path, monkeypatch):
+    """The plugin loads before vLLM imports its input processor: the wrap happens on that import."""
+    import sys
+
+    package = tmp_path / "vllm"
+    (package / "v1" / "engine").mkdir(parents=True)
+    for folder in (package, package / "v1", package / "v1" / "engine"):
+        (folder / "__init__.py").write_text("")
+    (package / "exceptions.py").write_text(
+        "class VLLMValidationError(ValueError):\n"
+        "    def __init__(self, message, *, parameter=None, value=None):\n"
+        "        super().__init__(message)\n        self.parameter = parameter\n")
+    (package / "v1" / "engine" / "input_processor.py").write_text(
+        "class InputProcessor:\n    def _validate_params(self, params, supported_tasks):\n        return 'ok'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    from cos.vllm_backend import request_validation
+
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the hook never outlives this test
+    try:
+        assert request_validation.install() is False  # not imported yet: wrapped on import
+        from vllm.exceptions import VLLMValidationError
+        from vllm.v1.engine.input_processor import InputProcessor
+
+        bad = type("Params", (), {"extra_args": {"cos_temperature": -1}})()
+        with pytest.raises(VLLMValidationError) as caught:
+            InputProcessor()._validate_params(bad, ())
+        assert caught.value.parameter == "vllm_xargs.cos_temperature"
+        assert not any(type(f).__name__ == "_WrapOnImport" for f in sys.meta_path)
+    finally:
+        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+            del sys.modules[name]
