@@ -182,6 +182,8 @@ WE_RUN = ["dtype=float32", "method.model=tiny-expert", "method.extra_model=tiny-
     (["method=we_chef", *WE_RUN, "method.plausibility=0.1"], "the we combination would ignore plausibility"),
     (["method=cd_chef", *TINY_RUN, "method.bonus=exact"], "method cd_chef would ignore bonus='exact'"),
     (["method=cd", *TINY_RUN, "method.draft_threshold=0.4"], "method cd drafts nothing"),
+    (["method=sd", "dtype=float32", "method.model=tiny-expert", "method.draft_model=tiny-amateur", "progress=false",
+      "method.alpha=0.5"], "method sd uses one model's distribution, so it would ignore method.alpha"),
 ])
 def test_cli_refuses_settings_a_method_ignores(overrides, message, jsonl_args, tmp_path, no_loading, capsys):
     assert dataset_main(composed([*overrides, *jsonl_args]), tmp_path / "out") == 2
@@ -295,6 +297,7 @@ def test_api_gamma_must_be_ints(gamma, api_no_loading, model_root):
     (dict(method="we", draft_threshold=0.4), "method we drafts nothing"),
     (dict(method="sd", alpha=0.5), "method sd uses one model's distribution and takes no combination settings"),
     (dict(method="cd", lam=0.5), "the cd combination would ignore lambda"),
+    (dict(method="we", proposer=1), "method we drafts nothing: proposer applies to *_sd and *_chef"),
 ])
 def test_api_refuses_settings_a_method_ignores(kwargs, message, api_no_loading, model_root):
     paths = [str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")]

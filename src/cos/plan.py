@@ -92,6 +92,8 @@ class Plan:
             raise ValueError(f"unknown schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.schedule is not None and self.loop == "standard":
             raise ValueError(f"method {self.method} drafts nothing: schedule applies to sd, *_sd and *_chef")
+        if self.loop == "standard" and self.proposer is not None:
+            raise ValueError(f"method {self.method} drafts nothing: proposer applies to *_sd and *_chef")
         if self.loop == "sd" and self.proposer not in (None, 1):
             raise ValueError("method sd: the proposer is the draft model (member 1)")
 

@@ -184,6 +184,15 @@ def refuse_ignored(m: Mapping) -> None:
                          f"sd, *_sd and *_chef; unset it (method.draft_threshold=null)")
     if ignored_bonus(name, m.get("bonus", "none")):
         raise ValueError(f"{ignored_bonus(name, m['bonus'])}: set method.bonus=none")
+    # (method.proposer on a standard method is not refused: the reproduction grids set it on every cell,
+    # and their saved configs must keep resuming; the API refuses it)
+    if name in ("large_model", "sd"):
+        set_here = [k for k, default in (("lambda", None), ("weights", None), ("combination", None), ("alpha", 0.1),
+                                         ("plausibility", 0.0)) if m.get(k) not in (None, default)]
+        if set_here:
+            raise ValueError(f"method {name} uses one model's distribution, so it would ignore "
+                             f"{', '.join('method.' + k for k in set_here)}: unset "
+                             f"{'it' if len(set_here) == 1 else 'them'}")
 
 
 def _threads(value):
