@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 
 LEVELS = ("bwrap", "unshare", "none")
-SANDBOX_UID = 65534  # "nobody": the uid the program has inside bubblewrap's user namespace
+SANDBOX_UID = 65534  # "nobody": the program's uid under bubblewrap (a real uid as root, mapped otherwise)
 
 log = logging.getLogger(__name__)
 

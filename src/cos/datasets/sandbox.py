@@ -110,8 +110,8 @@ _main()
 
 @dataclass
 class SandboxResult:
-    """`passed` = ran to its end in time (the harness reported it); `status` says why not; `detail` = stdout if passed, else the reason
-    and the end of stderr (both cut to MAX_OUTPUT_CHARS), for logs."""
+    """`passed` = ran to its end in time (the harness reported it); `status` says why not; `detail` =
+    stdout if passed, else the reason and the end of stderr (both cut to MAX_OUTPUT_CHARS), for logs."""
 
     passed: bool
     status: Status
