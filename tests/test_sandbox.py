@@ -187,7 +187,8 @@ def test_cannot_write_or_delete_outside(level: str, tmp_path: Path) -> None:
         "import os\n"
         f"for attempt in (lambda: os.remove({str(victim)!r}), lambda: open({str(tmp_path / 'new.txt')!r}, 'w'),\n"
         f"                lambda: open('/usr/cos-sandbox-test', 'w'), lambda: os.rmdir({str(tmp_path)!r})):\n"
-        "    try:\n        attempt()\n        print('DID IT')\n    except OSError as e:\n        print(type(e).__name__)\n"
+        "    try:\n        attempt()\n        print('DID IT')\n"
+        "    except OSError as e:\n        print(type(e).__name__)\n"
     )
     result = run_program(code)
     assert result.passed and "DID IT" not in result.detail, result
@@ -220,7 +221,8 @@ def test_cannot_reach_the_network(level: str) -> None:
         server.listen()
         server.setblocking(False)
         port = server.getsockname()[1]
-        result = run_program(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('CONNECTED')")
+        connect = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('CONNECTED')"
+        result = run_program(connect)
         assert not result.passed and "CONNECTED" not in result.detail, result
         with pytest.raises(BlockingIOError):
             server.accept()

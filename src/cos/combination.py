@@ -41,13 +41,17 @@ class Combination:
         """
         assert len(member_logits) == self.n_members, (len(member_logits), self.n_members)
         if self.space == "probs":
-            out = self._checked_shape(self.combine([to_probs(l, params) for l in member_logits]), member_logits[0])
+            values = [to_probs(l, params) for l in member_logits]
+        elif self.space == "logits":
+            values = [process_logits(l, params) for l in member_logits]
+        else:
+            values = [l.float() for l in member_logits]
+        out = self._checked_shape(self.combine(values), member_logits[0])
+        if self.space == "probs":
             r = out / out.sum(-1, keepdim=True)
         elif self.space == "logits":
-            out = self._checked_shape(self.combine([process_logits(l, params) for l in member_logits]), member_logits[0])
-            r = out.float().softmax(-1)
+            r = out.softmax(-1)
         else:
-            out = self._checked_shape(self.combine([l.float() for l in member_logits]), member_logits[0])
             r = process_logits(out, params).softmax(-1)
         if not self._values_checked:
             self._check_values(out, r)

@@ -103,7 +103,8 @@ def prepare_output(out_dir: Path, cfg: Mapping) -> list[dict]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"cannot create the output folder {out_dir} ({e.strerror}): choose another save_path") from None
+        raise ValueError(f"cannot create the output folder {out_dir} ({e.strerror}): choose another "
+                         f"save_path") from None
     records = read_records(out_dir / RESULTS)
     saved = out_dir / CONFIG
     if records:
