@@ -50,14 +50,14 @@ def fine(values: list[torch.Tensor]) -> torch.Tensor:
 @pytest.mark.parametrize("space", ["probs", "logits", "raw-logits"])
 def test_combination_returning_10_of_1024_columns_is_refused(space: str) -> None:
     comb = Custom(n_members=2, fn=ten_columns, declared_space=space)
-    with pytest.raises(ValueError, match=r"custom combination test_trust:ten_columns .*returned shape \[2, 10\]; "
+    with pytest.raises(ValueError, match=r"custom combination test_bad_input:ten_columns .*returned shape \[2, 10\]; "
                                          r"it must return .* shape \[2, 1024\]"):
         comb.probe(V)
 
 
 def test_combination_returning_a_scalar_is_refused() -> None:
     comb = Custom(n_members=2, fn=scalar, declared_space="probs")
-    with pytest.raises(ValueError, match="test_trust:scalar .*returned float, not a tensor"):
+    with pytest.raises(ValueError, match="test_bad_input:scalar .*returned float, not a tensor"):
         comb.probe(V)
 
 
@@ -384,14 +384,14 @@ def test_cli_and_api_refuse_a_bad_combination_before_weights_load(model_root, js
                                                                    api_no_loading, capsys):
     cfg = composed(["method=custom", "dtype=float32", "method.model=tiny-expert", "method.extra_model=tiny-amateur",
                     "progress=false", "compare_with=null", *jsonl_args])
-    cfg.method.combination = {"target": "test_trust:ten_columns", "space": "probs", "kwargs": {}}
+    cfg.method.combination = {"target": "test_bad_input:ten_columns", "space": "probs", "kwargs": {}}
     assert dataset_main(cfg, tmp_path / "out") == 2
-    assert "custom combination test_trust:ten_columns (probs space) returned shape [2, 10]" in _one_line_error(capsys)
-    cfg.method.combination = {"target": "test_trust:scalar", "space": "logits", "kwargs": {}}
+    assert "custom combination test_bad_input:ten_columns (probs space) returned shape [2, 10]" in _one_line_error(capsys)
+    cfg.method.combination = {"target": "test_bad_input:scalar", "space": "logits", "kwargs": {}}
     assert dataset_main(cfg, tmp_path / "out") == 2
-    assert "test_trust:scalar (logits space) returned float, not a tensor" in _one_line_error(capsys)
+    assert "test_bad_input:scalar (logits space) returned float, not a tensor" in _one_line_error(capsys)
     paths = [str(model_root / "tiny-expert"), str(model_root / "tiny-amateur")]
-    with pytest.raises(ValueError, match="test_trust:scalar .*returned float"):
+    with pytest.raises(ValueError, match="test_bad_input:scalar .*returned float"):
         Engine.from_pretrained(paths, method="custom", combination=Custom(n_members=2, fn=scalar))
 
 
