@@ -286,8 +286,8 @@ def test_ci_gets_the_full_sandbox() -> None:
 def test_fork_bomb_is_bounded(level: str) -> None:
     """RLIMIT_NPROC holds where the program's uid is not 0 (the kernel exempts uid 0, even in a user
     namespace): under bubblewrap always (uid 65534), at the other levels only for a non-root runner."""
-    if level != "bwrap" and os.geteuid() == 0:
-        pytest.skip(f"as root the {level!r} level runs the program as uid 0: no process limit (documented)")
+    if os.geteuid() == 0 and not isolation.leaves_root(level):
+        pytest.skip(f"here the {level!r} level runs the program as uid 0: no process limit (documented)")
     code = (
         "import os, time\nn = 0\nfor i in range(300):\n    try:\n        pid = os.fork()\n"
         "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n"
@@ -305,3 +305,24 @@ def test_python_under_tmp_is_bound_after_the_private_tmp(monkeypatch: pytest.Mon
     tmpfs = args.index("--tmpfs")
     assert args[tmpfs + 1] == "/tmp" and tmpfs < args.index("/tmp/clone/.venv-ci")
     assert args[args.index("--chmod") + 2] == "/tmp/cos-sandbox-x"  # the folder above work/ and the harness
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root runner's case")
+def test_a_root_runner_never_lends_root(level: str, tmp_path: Path) -> None:
+    """Wherever uid 65534 can run this Python, the program runs as it, at every level: root's files
+    stay out of reach (bwrap hides them as well)."""
+    if not isolation.leaves_root(level):
+        pytest.skip(f"uid 65534 cannot run this Python at the {level!r} level (the warning says so)")
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    tmp_path.chmod(0o755)
+    owned = shared / "root_owned.txt"
+    owned.write_text("root's")
+    code = (
+        f"import os\nprint(os.getuid())\ntry:\n    open({str(owned)!r}, 'w').write('x')\n    print('WROTE')\n"
+        "except OSError as e:\n    print(type(e).__name__)\n"
+    )
+    result = run_program(code)
+    assert result.passed and result.detail.split()[0] == str(isolation.SANDBOX_UID), result
+    assert "WROTE" not in result.detail and owned.read_text() == "root's"

@@ -12,9 +12,11 @@ Three levels, strongest first; the first one that works here is used (probed onc
   process limit (RLIMIT_NPROC) holds because its uid is not 0.
 - `unshare` (util-linux `unshare(1)`): pid + network namespaces with a private /proc. The network,
   the runner's processes and environment are out of reach and no descendant outlives the program,
-  but files are NOT isolated: the program can read and write whatever the runner's user can (and
-  as root, with no process limit).
+  but files are NOT isolated: the program can read and write whatever its user can.
 - `none`: resource limits and a process-group kill only (see sandbox.py).
+At these two levels a root runner's program runs as uid 65534 (setpriv) where that uid can run this
+Python; then root's files and processes are out of its reach and its process limit holds. Where it
+cannot (a Python under /root), the program runs as root: the warning says so.
 Anything below `bwrap` is announced by a warning (once per process). `COS_SANDBOX=bwrap|unshare|none`
 forces a level; a forced level that does not work here is an error, not a silent downgrade.
 """
@@ -33,6 +35,10 @@ from pathlib import Path
 
 LEVELS = ("bwrap", "unshare", "none")
 SANDBOX_UID = 65534  # "nobody": the program's uid under bubblewrap (a real uid as root, mapped otherwise)
+
+# util-linux setpriv: a root runner's program becomes uid/gid 65534, with no capabilities and no_new_privs
+SETPRIV = ["setpriv", "--reuid", str(SANDBOX_UID), "--regid", str(SANDBOX_UID), "--clear-groups", "--inh-caps=-all",
+           "--bounding-set=-all", "--no-new-privs", "--"]
 
 log = logging.getLogger(__name__)
 
@@ -79,24 +85,46 @@ def bwrap_prefix(workdir: Path, readonly: list[Path]) -> list[str]:
     for parent in sorted({str(p.parent) for p in [*readonly, workdir]} - {"/", "/tmp"}):
         args += ["--chmod", "0755", parent]  # bwrap creates the folders on the way 0700, owned by root
     args += ["--chdir", str(workdir), "--"]
-    if root:
-        args += ["setpriv", "--reuid", str(SANDBOX_UID), "--regid", str(SANDBOX_UID), "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-    return args
+    return args + (SETPRIV if root else [])
+
+
+def leaves_root(level: str) -> bool:
+    """True when a root runner's program runs as uid 65534: always under bwrap; at the lower levels
+    where that uid can run this Python (not, e.g., a Python under /root)."""
+    if os.geteuid() != 0:
+        return False
+    return level == "bwrap" or _can_leave_root(level)
+
+
+@functools.lru_cache(maxsize=None)
+def _can_leave_root(level: str) -> bool:
+    if shutil.which("setpriv") is None:
+        return False
+    try:
+        with tempfile.TemporaryDirectory(prefix="cos-sandbox-probe-") as folder:
+            os.chown(folder, SANDBOX_UID, SANDBOX_UID)
+            argv = (unshare_prefix() if level == "unshare" else []) + SETPRIV + [sys.executable, "-I", "-c", "pass"]
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, cwd=folder)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def program_uid(level: str) -> int:
     """The real uid the program runs as (whose processes RLIMIT_NPROC counts)."""
-    return SANDBOX_UID if level == "bwrap" and os.geteuid() == 0 else os.getuid()
+    return SANDBOX_UID if leaves_root(level) else os.getuid()
 
 
 def hand_over(level: str, workdir: Path) -> None:
-    """Give the work folder and its files to the program's uid (as root under bwrap: uid 65534)."""
+    """Give the work folder and its files to the program's uid (uid 65534 when leaving root); below
+    bwrap, which recreates the folders on the way, let it pass through the folder above (0711)."""
     uid = program_uid(level)
     if uid == os.getuid():
         return
     for path in [workdir, *workdir.rglob("*")]:
         os.chown(path, uid, uid)
+    if level != "bwrap" and workdir.parent != Path(tempfile.gettempdir()):
+        workdir.parent.chmod(0o711)  # the harness lies there; the folder's names stay unlistable
 
 
 def unshare_prefix() -> list[str]:
@@ -111,9 +139,8 @@ def prefix(level: str, workdir: Path, readonly: list[Path]) -> list[str]:
     """The command-line prefix that runs a program under `level`."""
     if level == "bwrap":
         return bwrap_prefix(workdir, readonly)
-    if level == "unshare":
-        return unshare_prefix()
-    return []
+    drop = SETPRIV if leaves_root(level) else []
+    return (unshare_prefix() + drop) if level == "unshare" else drop
 
 
 def _works(level: str) -> str | None:
@@ -159,11 +186,13 @@ def level() -> str:
         candidate = "none"
         reasons.append(f"namespaces need Linux (this is {sys.platform})")
     if candidate != "bwrap":
+        who = ("uid 65534" if leaves_root(candidate) else "root (this Python is out of reach of uid 65534)"
+               if os.geteuid() == 0 else "this user")
         message = (
-            f"SANDBOX IS WEAKER THAN IT SHOULD BE: {'; '.join(reasons)}. Generated code runs with "
+            f"SANDBOX IS WEAKER THAN IT SHOULD BE: {'; '.join(reasons)}. Generated code runs as {who} with "
             + ("pid and network isolation only" if candidate == "unshare" else "resource limits only")
-            + ": it can read and write any file this user can"
-            + ("." if candidate == "unshare" else ", reach the network and signal this user's processes.")
+            + f": it can read and write any file {who} can"
+            + ("." if candidate == "unshare" else f", reach the network and signal processes of {who}.")
             + " Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) for full isolation."
         )
         warnings.warn(message, RuntimeWarning, stacklevel=2)
