@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine import Engine
-from ..loading import check_before_weights, check_device, check_vocabularies, load_member, load_tokenizer, resolve_dtype
+from ..loading import (check_before_weights, check_device, check_vocabularies, load_member, load_tokenizer,
+                       resolve_dtype)
 from .config import RunConfig
 from .resolve import resolve_models
 
