@@ -50,7 +50,7 @@ def models():
 
 
 def members(*models, cache: str = "preallocated") -> list[Member]:
-    return [Member(m, name=f"m{i}", cache=cache) for i, m in enumerate(models)]
+    return [Member(m, name=f"m{i}", cache=cache, capacity=256) for i, m in enumerate(models)]
 
 
 class PastDependentSchedule(Schedule):
@@ -69,16 +69,17 @@ def force_every_length(engine):
 
 
 # The member runtimes every exactness test runs on: transformers' DynamicCache with the paper's fixed
-# schedule; the preallocated cache with it; and the preallocated cache with draft lengths that vary
-# from round to round (0 = a standard round), as the adaptive schedule's do.
-RUNTIMES = ["dynamic", "preallocated", "varied"]
+# schedule; the preallocated cache with it; transformers' StaticCache (what captured forwards use;
+# eager here); and the preallocated cache with draft lengths that vary from round to round
+# (0 = a standard round), as the adaptive schedule's do.
+RUNTIMES = ["dynamic", "preallocated", "static", "varied"]
 
 
 def engine_on(runtime: str, models_in_order, plan, **kwargs):
     from cos import Engine
 
-    engine = Engine(members(*models_in_order, cache="dynamic" if runtime == "dynamic" else "preallocated"), plan,
-                    **kwargs)
+    cache = runtime if runtime in ("dynamic", "static") else "preallocated"
+    engine = Engine(members(*models_in_order, cache=cache), plan, **kwargs)
     return force_every_length(engine) if runtime == "varied" else engine
 
 

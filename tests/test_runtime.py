@@ -22,13 +22,14 @@ PROMPT = [3, 17, 42, 8, 23]
 
 
 # ----------------------------------------------------------------- preallocated KV cache
-@pytest.mark.parametrize("capacity", [4, 256])
-def test_preallocated_rollback_then_redecode_equals_fresh_forward(models, capacity):
-    """Any mix of blocks and rollbacks (capacity 4: the buffers also grow several times mid-sequence)."""
+@pytest.mark.parametrize("kind,capacity", [("preallocated", 4), ("preallocated", 256), ("static", 256)])
+def test_rollback_then_redecode_equals_fresh_forward(models, kind, capacity):
+    """Any mix of blocks and rollbacks (capacity 4: the buffers also grow several times mid-sequence;
+    static: a rollback only rewinds the write position, stale entries must stay masked)."""
     model = models["base"]
-    member = Member(model)
-    member.cache = make_cache(model.config, capacity=capacity)
-    assert is_preallocated(member.cache)
+    member = Member(model, cache=kind, capacity=capacity)
+    member.cache = make_cache(model.config, capacity=capacity, kind=kind)
+    assert is_preallocated(member.cache) == (kind == "preallocated")
     rng = random.Random(1)
     seq = torch.tensor(PROMPT)
     member.prefill(seq)
@@ -42,7 +43,7 @@ def test_preallocated_rollback_then_redecode_equals_fresh_forward(models, capaci
         with torch.inference_mode():
             fresh = model(input_ids=seq[None]).logits[0, -n:]
         assert torch.allclose(got, fresh, atol=1e-4), f"cached logits drifted: {(got - fresh).abs().max():.2e}"
-        assert member.cache.get_seq_length() == seq.shape[0]
+        assert int(member.cache.get_seq_length()) == seq.shape[0]
 
 
 def test_preallocated_cache_is_reused_across_requests(models):
@@ -216,3 +217,20 @@ def test_load_meter_sees_a_competitor():
     quiet = Load(cores=2, loadavg_before=0.1, loadavg_after=0.2, others_cores=0.05)
     assert not quiet.busy and quiet.warning() is None
     assert Load(cores=2, loadavg_before=2.4, loadavg_after=3.0, others_cores=None).busy
+
+
+@pytest.mark.slow
+def test_compiled_static_member_is_exact_and_compiles_in_warm_up(models):
+    """torch.compile over a static cache (CUDA graphs on CUDA; inductor here): warm-up compiles every
+    length the method uses, then generation equals the reference and compiles nothing more."""
+    pair = [models["base"], models["close"]]
+    combination = make_combination("we", 2)
+    ref = reference_generate(pair, combination, PROMPT, 24, SamplingParams(0))
+    ms = [Member(m, name=f"c{i}", cache="static", capacity=128, compile=True) for i, m in enumerate(pair)]
+    engine = Engine(ms, make_plan("we_chef", 2, combination, [1, 3]))
+    for m in ms:
+        assert m.warm_up(range(1, 6)) > 0 and m.compile_seconds > 0
+    out = engine.generate(PROMPT, max_new_tokens=24, temperature=0, eos_token_ids=[])
+    assert out.tokens == ref
+    with pytest.raises(ValueError, match="compile=True needs fixed shapes"):
+        Member(models["base"], compile=True)

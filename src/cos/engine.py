@@ -64,8 +64,6 @@ class Engine:
         self.members = list(members)
         self.plan = plan.resolve([m.n_params for m in members])
         self.threads = ThreadPolicy(threads)
-        for m in self.members:
-            m.threads = self.threads
         self.schedule = self._make_schedule()
         self.plan.combination.probe(self.members[0].vocab_size, self.members[0].device)  # bad r: fail now
         self.tokenizer = tokenizer
@@ -75,12 +73,15 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, paths: Sequence[str], method: str = "we", *, device="auto", dtype="bfloat16",
-                        tokenizer: str | None = None, threads: int | str | None = "auto", **method_kwargs) -> "Engine":
+                        tokenizer: str | None = None, threads: int | str | None = "auto", compile: bool = False,
+                        **method_kwargs) -> "Engine":
         """Load members (config order) from folders or hub ids. The method is validated first.
 
         Methods that draft run the adaptive schedule unless `schedule="fixed"` (schedule.py: never
         slower than the standard method by the measured costs; seed fixes the distribution, not the draw).
         threads: "auto" (default; measured per call, threads.py), an int, or None (torch's setting).
+        compile: static caches and torch.compile'd decode forwards, CUDA graphs on CUDA (Member); call
+        `warm_up()` before timing so compilation and capture happen there.
 
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
         default: 1.7x float32 for one 1.5B model and 2.4x for CoS on a 2-core AVX512-BF16 CPU
@@ -104,9 +105,15 @@ class Engine:
         vocab = check_before_weights(paths, tokenizers)  # vocabularies from config.json: before any weights
         if vocab:
             plan.combination.probe(vocab)  # a combination's wrong shape or values: also before the weights
-        members = [load_member(p, dv, dt) for p, dv, dt in zip(paths, devices, dtypes)]
+        members = [load_member(p, dv, dt, compile) for p, dv, dt in zip(paths, devices, dtypes)]
         check_vocabularies(members, tokenizers)
         return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0], threads)
+
+    def warm_up(self) -> float:
+        """Compile / capture every forward length this method uses (1 .. max γ + 2) in compiled members;
+        returns the seconds spent (0 for eager members)."""
+        lengths = range(1, max(self.plan.gammas) + 3)
+        return sum(m.warm_up(lengths) for m in self.members if m.forward is not m.model)
 
     # ---------------------------------------------------------------- generation
     def generate(self, prompt: str | Sequence[int], **options) -> Generation:
@@ -154,6 +161,7 @@ class Engine:
         plan = self.plan
         seq = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
         for m in self.members:
+            m.threads = self.threads  # this engine's policy (engines may share members)
             m.prefill(seq)
         generator = None if params.greedy else torch.Generator(device=self.device).manual_seed(seed)
         in_combination = [self.members[0]] if plan.loop == "sd" else self.members

@@ -11,6 +11,10 @@ by the next write and never read. Capacity doubles, with one copy, if a request 
 
 Models whose layers are not all full attention (sliding windows, linear attention, ...) get the
 DynamicCache of their config instead; `make_cache` says why once in the log.
+
+`static`: transformers' StaticCache (fixed shapes and addresses, what CUDA graphs need): attention
+covers all `capacity` positions under a causal mask built from the positions fed, so a rollback only
+rewinds each layer's write position, on the device (stale entries past it are masked, then overwritten).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import logging
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -100,8 +104,14 @@ def _unsupported_reason(config) -> str | None:
     return None
 
 
+CACHE_KINDS = ("preallocated", "dynamic", "static")
+
+
 def make_cache(config, capacity: int = 256, kind: str = "preallocated"):
-    """A cache for one member: preallocated where every layer is full attention, else DynamicCache."""
+    """A cache for one member: preallocated where every layer is full attention, else DynamicCache;
+    static: transformers' StaticCache of `capacity` positions."""
+    if kind == "static":
+        return StaticCache(config=config, max_cache_len=capacity)
     if kind == "preallocated":
         reason = _unsupported_reason(config)
         if reason is None:
@@ -112,10 +122,32 @@ def make_cache(config, capacity: int = 256, kind: str = "preallocated"):
             _warned.add(name)
             log.warning("%s: dynamic KV cache instead of a preallocated one: %s", name, reason)
     elif kind != "dynamic":
-        raise ValueError(f"unknown cache kind {kind!r}: use preallocated or dynamic")
+        raise ValueError(f"unknown cache kind {kind!r}: use one of {', '.join(CACHE_KINDS)}")
     return DynamicCache(config=config)
 
 
 
 def is_preallocated(cache) -> bool:
     return DynamicLayer is not None and bool(cache.layers) and isinstance(cache.layers[0], PreallocatedLayer)
+
+
+def is_static(cache) -> bool:
+    return isinstance(cache, StaticCache)
+
+
+def truncate(cache, cached: int, keep: int) -> None:
+    """Keep the first `keep` of `cached` positions (keep < cached)."""
+    if is_static(cache):
+        for layer in cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(keep)  # on the device: no host sync
+    else:
+        cache.crop(keep - cached)  # negative: drop that many
+
+
+def empty(cache) -> None:
+    """Forget every position, keeping the buffers of a preallocated or static cache."""
+    if is_static(cache):
+        truncate(cache, 1, 0)
+    else:
+        cache.reset()

@@ -81,10 +81,13 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def load_member(path: str, device: str | torch.device = "auto", dtype: str | torch.dtype = "float32") -> Member:
-    """A member from a local folder or a hub id (hub ids need network; set HF_HUB_OFFLINE=1 offline)."""
+def load_member(path: str, device: str | torch.device = "auto", dtype: str | torch.dtype = "float32",
+                compile: bool = False) -> Member:
+    """A member from a local folder or a hub id (hub ids need network; set HF_HUB_OFFLINE=1 offline).
+    compile: a static cache and torch.compile'd decode forwards (CUDA graphs on CUDA), see Member."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
-    return Member(model.to(resolve_device(device)), name=str(path))
+    runtime = dict(cache="static", compile=True) if compile else {}
+    return Member(model.to(resolve_device(device)), name=str(path), **runtime)
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:

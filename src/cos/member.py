@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from .kv_cache import is_preallocated, make_cache
+from .kv_cache import empty, is_preallocated, is_static, make_cache, truncate
 from .schedule import CallCosts
 from .threads import ThreadPolicy
 
@@ -53,8 +53,12 @@ class Member:
     """A causal LM with a KV cache. `name` is for logs; `device` is where its weights live."""
 
     def __init__(self, model: PreTrainedModel, name: str = "member", cache: str = "preallocated",
-                 threads: ThreadPolicy | None = None) -> None:
-        """cache: preallocated (falls back to dynamic where the model needs it) | dynamic.
+                 threads: ThreadPolicy | None = None, compile: bool = False, capacity: int = 4096) -> None:
+        """cache: preallocated (falls back to dynamic where the model needs it) | dynamic | static
+        (transformers' StaticCache of `capacity` positions, fixed shapes for captured forwards).
+        compile: decode forwards (up to 16 tokens fed) run through torch.compile, with CUDA graphs on
+        CUDA (mode reduce-overhead; needs cache=static); prefill stays eager. Graphs are captured at the
+        first call of each length: `warm_up` does that ahead of timed generation.
         threads: the engine's shared policy; None leaves torch's thread count alone."""
         self.model = model.eval()
         self.name = name
@@ -64,13 +68,21 @@ class Member:
         self.n_params = sum(p.numel() for p in model.parameters())
         self.threads = threads or ThreadPolicy(None)
         self.costs = CallCosts()
-        self.cache = make_cache(model.config, kind=cache)
+        if compile and cache != "static":
+            raise ValueError("compile=True needs fixed shapes (and CUDA graphs fixed addresses): use cache='static'")
+        self.cache = make_cache(model.config, capacity=capacity, kind=cache)
+        self.capacity = capacity
+        self.forward = self.model
+        if compile:
+            mode = "reduce-overhead" if self.device.type == "cuda" else "default"
+            self.forward = torch.compile(self.model, mode=mode, dynamic=False)
+        self.compile_seconds = 0.0  # spent in warm_up (captures, compilation), never inside a timed generation
         self.reset()
 
     def reset(self) -> None:
         """Empty the cache (keeping a preallocated one's buffers) and the statistics (a new request)."""
-        if is_preallocated(self.cache):
-            self.cache.reset()
+        if is_preallocated(self.cache) or is_static(self.cache):
+            empty(self.cache)
         else:
             self.cache = make_cache(self.model.config, kind="dynamic")
         self.n_cached = 0
@@ -80,6 +92,9 @@ class Member:
     def prefill(self, prompt: torch.Tensor) -> None:
         """Cache all prompt tokens but the last (fed by the first decoding step), off the statistics."""
         self.reset()
+        if is_static(self.cache) and prompt.shape[0] + 64 > self.capacity:
+            raise ValueError(f"{self.name}: a prompt of {prompt.shape[0]} tokens does not fit a static cache of "
+                             f"{self.capacity} positions: raise capacity or use cache='preallocated'")
         if prompt.shape[0] > 1:
             self.threads.choose((self.name, "prefill"))
             self.model(input_ids=prompt[None, :-1].to(self.device), past_key_values=self.cache, use_cache=True,
@@ -89,7 +104,7 @@ class Member:
     def rollback(self, n: int) -> None:
         """Keep only the first n cached positions (a no-op if fewer are cached)."""
         if n < self.n_cached:
-            self.cache.crop(n - self.n_cached)  # negative: drop that many (transformers >= 4.4x)
+            truncate(self.cache, self.n_cached, n)
             self.n_cached = n
 
     @torch.inference_mode()
@@ -106,7 +121,8 @@ class Member:
         kind = (self.name, min(fed.shape[0], 16))
         threads = self.threads.choose(kind)
         start = self._clock()
-        out = self.model(input_ids=fed[None], past_key_values=self.cache, use_cache=True, logits_to_keep=n)
+        forward = self.forward if fed.shape[0] <= 16 else self.model
+        out = forward(input_ids=fed[None], past_key_values=self.cache, use_cache=True, logits_to_keep=n)
         seconds = self._stop_clock(start, fed.shape[0])
         if seconds is not None:
             self.threads.observe(kind, threads, seconds)
@@ -132,4 +148,26 @@ class Member:
             return None
         seconds = time.perf_counter() - start
         self.stats.seconds += seconds
+        return seconds
+
+    @torch.inference_mode()
+    def warm_up(self, lengths: range | list[int], context: int = 8) -> float:
+        """Run one forward per (fed length, kept logits) a method uses, on a dummy context, so that
+        compilation and graph capture happen here and not in a timed generation. Returns seconds spent
+        (also added to `compile_seconds`); the cache and statistics are reset after."""
+        start = time.perf_counter()
+        dummy = torch.zeros(context + max(lengths), dtype=torch.long)
+        saved, (self.costs, self.threads) = (self.costs, self.threads), (CallCosts(), ThreadPolicy(None))
+        try:  # compile times are not call costs
+            for q in lengths:
+                for n in sorted({1, q}):
+                    self.prefill(dummy[:context])
+                    self.score(dummy[: context - 1 + q], n)
+        finally:
+            self.costs, self.threads = saved
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.reset()
+        seconds = time.perf_counter() - start
+        self.compile_seconds += seconds
         return seconds

@@ -90,6 +90,7 @@ class RunConfig:
     devices: list = field(default_factory=lambda: ["auto"])  # one per member
     dtypes: list = field(default_factory=lambda: ["float32"])
     threads: int | str | None = "auto"  # CPU threads per forward (threads.py)
+    compile: bool = False  # static caches + torch.compile'd decode forwards (CUDA graphs on CUDA)
     warmup: int = 1
     progress: bool = True
 
@@ -225,5 +226,5 @@ def run_config(cfg: Mapping) -> RunConfig:
                      seed=_int("seed", cfg.get("seed", 42), 0), max_prompt_len=max_prompt_len,
                      devices=_per_member("device", cfg.get("device", "auto"), n),
                      dtypes=_per_member("dtype", cfg.get("dtype", "float32"), n),
-                     threads=_threads(cfg.get("threads", "auto")),
+                     threads=_threads(cfg.get("threads", "auto")), compile=_bool("compile", cfg.get("compile", False)),
                      warmup=_int("warmup", cfg.get("warmup", 1), 0), progress=_bool("progress", cfg.get("progress", True)))

@@ -73,6 +73,9 @@ def warm_up(built: Built, ids: list[int], options: dict, times: int) -> None:
     """Untimed generations so one-off costs (allocation, kernel selection, caches) miss prompt 1."""
     short = {**options, "max_new_tokens": min(8, options["max_new_tokens"])}
     for engine in [e for e in (built.baseline, built.engine) if e is not None]:
+        seconds = engine.warm_up()  # compiled members: every forward length, captured here
+        if seconds:
+            log.info("%s: compiled / captured forwards in %.1f s (warm-up, not timed)", engine.plan.method, seconds)
         for _ in range(times):
             engine.generate(ids, **short)
 

@@ -1,0 +1,187 @@
+"""Speed on a quiet and on a busy CPU, side by side, with competitors this script starts itself.
+
+    python scripts/bench_busy.py                                   # cd, cd_chef; quiet, steady, bursty
+    python scripts/bench_busy.py --methods cd cd_chef we we_chef --prompts 2 --max-new-tokens 32
+
+Users' machines are busy. Three conditions, each measured in this one process on the packaged Qwen
+pair (1.5B expert / target, 0.5B amateur / draft), bf16, greedy, HumanEval prompts:
+  quiet   nothing else runs;
+  steady  one process spins (`while True: pass`) for the whole condition;
+  bursty  one process launches short torch jobs back to back (import torch, a few matmuls, exit),
+          as a test suite or a build does.
+Two member runtimes run interleaved in every condition, on the same weights:
+  torch    transformers' DynamicCache, torch's default threads (one per core), the paper's fixed γ;
+  cos      the preallocated cache, threads="auto" (threads.py), schedule="adaptive" (schedule.py).
+Each row: tokens/s (decode), the ratio over the standard method of the same runtime and condition,
+the share of the quiet speed kept, c, the members' seconds per call, the draft lengths the schedule
+chose, and how many cores other processes took meanwhile. Rows are appended to --out (jsonl) as they
+are produced; the table is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from cos import Engine
+from cos.datasets import get_dataset
+from cos.engine import plan_from_kwargs
+from cos.loading import load_tokenizer, resolve_dtype
+from cos.machine import LoadMeter
+from cos.member import Member
+from cos.models.packaged import packaged_model_dir
+from cos.threads import available_cores
+from transformers import AutoModelForCausalLM
+
+METHODS = {
+    "cd": dict(method="cd", alpha=0.1),
+    "cd_chef": dict(method="cd_chef", alpha=0.1, gamma=[1, 5]),
+    "we": dict(method="we", lam=0.5),
+    "we_chef": dict(method="we_chef", lam=0.5, gamma=[1, 5]),
+}
+STANDARD = {"cd": "cd", "cd_chef": "cd", "we": "we", "we_chef": "we"}
+RUNTIMES = {  # name -> (cache, threads, schedule)
+    "torch": ("dynamic", available_cores(), "fixed"),
+    "cos": ("preallocated", "auto", "adaptive"),
+}
+SPIN = "while True: pass"
+BURST = ("import subprocess, sys\n"
+         "job = 'import torch\\nx = torch.randn(384, 384)\\nfor _ in range(300): x = torch.tanh(x @ x)'\n"
+         "while True: subprocess.run([sys.executable, '-c', job])\n")
+
+
+@contextlib.contextmanager
+def competitor(condition: str):
+    """Start the condition's competing process (none when quiet); stop it, and its children, after."""
+    code = {"quiet": None, "steady": SPIN, "bursty": BURST}[condition]
+    proc = None if code is None else subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        time.sleep(0 if proc is None else 2.0)  # let it reach its steady state
+        yield
+    finally:
+        if proc is not None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def model_dir(name: str) -> str:
+    found = packaged_model_dir(name)
+    if found is None and not Path(name).is_dir():
+        raise SystemExit(f"error: model {name!r} not found: run `python -m cos.models pull {name}` or pass a folder")
+    return str(found or name)
+
+
+def build(models, tok, methods):
+    """engines[(runtime, method)]: each runtime has its own Member objects over the same weights."""
+    engines = {}
+    for runtime, (cache, threads, schedule) in RUNTIMES.items():
+        members = [Member(m, name=n, cache=cache) for m, n in zip(models, ("1.5B", "0.5B"))]
+        for name in methods:
+            kw = dict(METHODS[name])
+            if name.endswith("_chef"):
+                kw["schedule"] = schedule
+            engines[runtime, name] = Engine(members, plan_from_kwargs(n_members=2, **kw), tok, threads)
+    return engines
+
+
+def generate(engine, ids, max_new: int):
+    out = engine.generate(ids, max_new_tokens=max_new, temperature=0, eos_token_ids=[])
+    return out.stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--extra", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--methods", nargs="+", default=["cd", "cd_chef"], choices=list(METHODS))
+    ap.add_argument("--conditions", nargs="+", default=["quiet", "steady", "bursty"],
+                    choices=["quiet", "steady", "bursty"])
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    ap.add_argument("--out", default="results/bench_busy.jsonl")
+    args = ap.parse_args()
+    for name in args.methods:
+        if STANDARD[name] not in args.methods:
+            raise SystemExit(f"error: {name} needs its standard method {STANDARD[name]} in --methods (the ratio)")
+
+    paths = [model_dir(args.model), model_dir(args.extra)]
+    tok = load_tokenizer(paths[0])
+    models = [AutoModelForCausalLM.from_pretrained(p, dtype=resolve_dtype("bfloat16")).eval() for p in paths]
+    bytes_ratio = sum(p.numel() for p in models[1].parameters()) / sum(p.numel() for p in models[0].parameters())
+    engines = build(models, tok, args.methods)
+    ds = get_dataset("humaneval", use_fewshot=False)
+    path = Path(args.data_root) / "humaneval"
+    prompts = [tok(ex.prompt)["input_ids"] for ex in ds.load(str(path) if path.exists() else None, args.prompts, seed=0)]
+    for engine in engines.values():  # warm-up, untimed: first calls, thread pools, the schedule's first probes
+        for _ in range(2):
+            generate(engine, prompts[0], 12)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for condition in args.conditions:
+        with competitor(condition):
+            meter = LoadMeter()
+            stats = {key: [] for key in engines}
+            for ids in prompts:  # interleaved: every runtime x method on a prompt, then the next prompt
+                for key, engine in engines.items():
+                    stats[key].append(generate(engine, ids, args.max_new_tokens))
+                    print(f"{condition:7s} {key[0]:6s} {key[1]:8s} {stats[key][-1].tokens_per_second:6.2f} tok/s",
+                          flush=True)
+            load = meter.stop()
+        for (runtime, name), runs in stats.items():
+            row = summarize(condition, runtime, name, runs, load, bytes_ratio)
+            rows.append(row)
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    print_table(rows)
+
+
+def summarize(condition, runtime, name, runs, load, bytes_ratio) -> dict:
+    tokens = sum(s.new_tokens for s in runs)
+    seconds = sum(s.wall_seconds for s in runs)
+    calls = lambda i: sum(s.members[i].calls for s in runs)
+    secs = lambda i: sum(s.members[i].seconds for s in runs)
+    per_call = [secs(i) / calls(i) if calls(i) else None for i in range(2)]
+    lengths: dict[int, int] = {}
+    for s in runs:
+        for k, v in s.draft_lengths.items():
+            lengths[k] = lengths.get(k, 0) + v
+    cs = [s.cost_ratio for s in runs if s.cost_ratio is not None]
+    return {"condition": condition, "runtime": runtime, "method": name, "tokens": tokens,
+            "tokens_per_second": tokens / seconds, "c": statistics.median(cs) if cs else None,
+            "c_over_bytes": statistics.median(cs) / bytes_ratio if cs else None,
+            "seconds_per_call": {"1.5B": per_call[0], "0.5B": per_call[1]},
+            "acceptance_rate": (sum(s.accepted for s in runs) / max(1, sum(s.drafted for s in runs))),
+            "draft_lengths": lengths, "threads": runs[-1].threads, "load": load.as_dict(),
+            "torch_threads_default": available_cores(), "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def print_table(rows: list[dict]) -> None:
+    quiet = {(r["runtime"], r["method"]): r["tokens_per_second"] for r in rows if r["condition"] == "quiet"}
+    rate = {(r["condition"], r["runtime"], r["method"]): r["tokens_per_second"] for r in rows}
+    fmt = lambda v, spec=".2f": "-" if v is None else format(v, spec)
+    print("\n| condition | runtime | method | tok/s | / standard | share of quiet | c | c / bytes | s per call 1.5B | "
+          "s per call 0.5B | draft lengths | other processes (cores) |")
+    print("|" + "---|" * 12)
+    for r in rows:
+        std = rate.get((r["condition"], r["runtime"], STANDARD[r["method"]]))
+        q = quiet.get((r["runtime"], r["method"]))
+        spc = r["seconds_per_call"]
+        print(f"| {r['condition']} | {r['runtime']} | {r['method']} | {fmt(r['tokens_per_second'])} | "
+              f"{fmt(r['tokens_per_second'] / std if std else None)} | {fmt(r['tokens_per_second'] / q if q else None)} | "
+              f"{fmt(r['c'])} | {fmt(r['c_over_bytes'])} | {fmt(spc['1.5B'], '.3f')} | {fmt(spc['0.5B'], '.3f')} | "
+              f"{r['draft_lengths'] or '-'} | {fmt(r['load']['others_cores'], '.1f')} |")
+
+
+if __name__ == "__main__":
+    torch.set_grad_enabled(False)
+    main()
