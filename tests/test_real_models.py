@@ -71,7 +71,7 @@ def pair(request):
 @pytest.mark.parametrize("standard,method,gamma,proposer,bonus", METHODS)
 def test_accelerated_equals_standard_and_reference(pair, standard, method, gamma, proposer, bonus):
     tokenizer, models, references = pair
-    combination = make_combination(standard, 2, alpha=0.1, lam=0.5)
+    combination = make_combination(standard, 2, **({"alpha": 0.1} if standard == "cd" else {"lam": 0.5}))
     members = [Member(m, name=f"m{i}") for i, m in enumerate(models)]
     fast = Engine(members, make_plan(method, 2, combination, gamma, proposer, bonus))
     slow = Engine(members, make_plan(standard, 2, combination, 1))

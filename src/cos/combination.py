@@ -28,19 +28,73 @@ class Combination:
 
     n_members: int = 2
     space: str = field(default="probs", init=False)
+    _values_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
 
     def distribution(self, member_logits: Sequence[torch.Tensor], params: SamplingParams) -> torch.Tensor:
-        """r as probabilities [..., V] from raw member logits, each [..., V], in config order."""
+        """r as probabilities [..., V] from raw member logits, each [..., V], in config order.
+
+        The output's type and shape are checked on every call (no device sync); its values (finite,
+        a distribution after normalisation) on the first call only, which costs one sync.
+        """
         assert len(member_logits) == self.n_members, (len(member_logits), self.n_members)
         if self.space == "probs":
-            r = self.combine([to_probs(l, params) for l in member_logits])
-            return r / r.sum(-1, keepdim=True)
-        if self.space == "logits":
-            return self.combine([process_logits(l, params) for l in member_logits]).softmax(-1)
-        return process_logits(self.combine([l.float() for l in member_logits]), params).softmax(-1)
+            values = [to_probs(l, params) for l in member_logits]
+        elif self.space == "logits":
+            values = [process_logits(l, params) for l in member_logits]
+        else:
+            values = [l.float() for l in member_logits]
+        out = self._checked_shape(self.combine(values), member_logits[0])
+        if self.space == "probs":
+            r = out / out.sum(-1, keepdim=True)
+        elif self.space == "logits":
+            r = out.softmax(-1)
+        else:
+            r = process_logits(out, params).softmax(-1)
+        if not self._values_checked:
+            self._check_values(out, r)
+            self._values_checked = True
+        return r
+
+    def describe(self) -> str:
+        """How errors name this combination."""
+        return f"combination {type(self).__name__} ({self.space} space)"
+
+    def probe(self, vocab_size: int, device: torch.device | str = "cpu") -> None:
+        """Run once on seeded random logits [2, V] per member, to fail before generation (not mid-run)."""
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        logits = [torch.randn(2, vocab_size, generator=generator).to(device) for _ in range(self.n_members)]
+        self._values_checked = False
+        self.distribution(logits, SamplingParams())
+
+    def _checked_shape(self, out: object, like: torch.Tensor) -> torch.Tensor:
+        what = "probabilities" if self.space == "probs" else "logits"
+        if not isinstance(out, torch.Tensor):  # ValueError: a user's configuration error, one line in the CLI
+            raise ValueError(
+                f"{self.describe()} returned {type(out).__name__}, not a tensor: it must return {what} of "
+                f"the members' shape {list(like.shape)} ([..., V], V = {like.shape[-1]})"
+            )
+        if out.shape != like.shape:
+            raise ValueError(
+                f"{self.describe()} returned shape {list(out.shape)}; it must return {what} of the members' "
+                f"shape {list(like.shape)} ([..., V], V = {like.shape[-1]}: one entry per vocabulary token)"
+            )
+        return out
+
+    def _check_values(self, out: torch.Tensor, r: torch.Tensor) -> None:
+        """One sync: out has no NaN (and no negative value in probs space); r is a distribution."""
+        negative = (out < 0).any() if self.space == "probs" else torch.zeros((), dtype=torch.bool, device=out.device)
+        sums = r.float().sum(-1)
+        nan_out, bad_r, negative, off = torch.stack([
+            out.isnan().any(), ~torch.isfinite(r).all(), negative, ((sums - 1).abs() > 1e-2).any()]).tolist()
+        problem = ("NaN values" if nan_out else "negative probabilities" if negative
+                   else "a row that is not a distribution after normalisation (all zero, all -inf or +inf)"
+                   if bad_r or off else None)
+        if problem:
+            raise ValueError(f"{self.describe()} returned {problem}; r must be a valid distribution over the "
+                             f"vocabulary in every row")
 
 
 def _check_space(space: str) -> str:
@@ -164,6 +218,10 @@ class Custom(Combination):
 
     def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
         return self.fn(list(values), **self.kwargs)
+
+    def describe(self) -> str:
+        name = f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
+        return f"custom combination {name} ({self.space} space)"
 
 
 def import_callable(target: str) -> Callable[..., torch.Tensor]:

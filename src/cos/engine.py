@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .loading import check_vocabularies, load_member, load_tokenizer
+from .loading import (check_before_weights, check_device, check_model_path, check_vocabularies, load_member,
+                      load_tokenizer, resolve_dtype)
 from .member import Member
 from .methods.alternate import AlternateLoop
 from .methods.speculative import SpeculativeLoop
@@ -25,7 +26,7 @@ from .presets import make_combination
 from .sampling import SamplingParams
 from .schedule import Schedule
 from .stats import GenerationStats, MemberUsage, predict_speedup
-from .stopping import Stopper
+from .stopping import Stopper, as_stop_strings
 from .threads import ThreadPolicy
 
 
@@ -42,6 +43,10 @@ def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, pro
     if method not in LOOPS:
         raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
     kind = method.split("_")[0]
+    if method in ("large_model", "sd") and (combination is not None or combination_kwargs):
+        given = sorted(combination_kwargs) + (["combination"] if combination else [])
+        raise ValueError(f"method {method} uses one model's distribution and takes no combination settings: "
+                         f"remove {', '.join(given)}")
     if combination is None and kind in ("we", "cd"):
         combination = make_combination(kind, n_members, **combination_kwargs)
     elif isinstance(combination, str):
@@ -60,6 +65,7 @@ class Engine:
         self.plan = plan.resolve([m.n_params for m in members])
         self.threads = ThreadPolicy(threads)
         self.schedule = self._make_schedule()
+        self.plan.combination.probe(self.members[0].vocab_size, self.members[0].device)  # bad r: fail now
         self.tokenizer = tokenizer
         self.device = self.members[0].device  # where r is computed and tokens are drawn
         positions = [m.max_positions for m in members if m.max_positions]
@@ -81,12 +87,24 @@ class Engine:
         default: 1.7x float32 for one 1.5B model and 2.4x for CoS on a 2-core AVX512-BF16 CPU
         (scripts/bench_dtype.py); exactness holds in any dtype (against the standard method run in it).
         """
+        if isinstance(paths, str):
+            raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
         if LOOPS.get(method, "standard") != "standard":
             method_kwargs.setdefault("schedule", "adaptive")
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
+        paths = [check_model_path(p) for p in paths]
         devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
         dtypes = dtype if isinstance(dtype, (list, tuple)) else [dtype] * len(paths)
+        for dv, dt in zip(devices, dtypes):
+            check_device(dv)
+            resolve_dtype(dt)
+        if len(devices) != len(paths) or len(dtypes) != len(paths):
+            raise ValueError(f"device and dtype take one value or one per member ({len(paths)}), "
+                             f"got {len(devices)} and {len(dtypes)}")
         tokenizers = [load_tokenizer(p) for p in paths]
+        vocab = check_before_weights(paths, tokenizers)  # vocabularies from config.json: before any weights
+        if vocab:
+            plan.combination.probe(vocab)  # a combination's wrong shape or values: also before the weights
         members = [load_member(p, dv, dt, compile) for p, dv, dt in zip(paths, devices, dtypes)]
         check_vocabularies(members, tokenizers)
         return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0], threads)
@@ -120,7 +138,8 @@ class Engine:
         prompt_ids = self._encode(prompt)
         max_new_tokens = self._fit_context(prompt_ids, max_new_tokens)
         decode = (lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)) if self.tokenizer else None
-        self._stopper = Stopper(max_new_tokens, frozenset(self._eos(eos_token_ids)), tuple(stop), decode)
+        stop = as_stop_strings(stop)  # "xE" is one stop string, not "x" and "E"
+        self._stopper = Stopper(max_new_tokens, frozenset(self._eos(eos_token_ids)), stop, decode)
         st, loop = self._start(prompt_ids, params, seed)
         started = time.perf_counter()
         while not st.done:

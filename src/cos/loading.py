@@ -2,15 +2,68 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from .member import Member
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
+
+
+HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def check_model_path(path: str) -> str:
+    """A local model folder (with config.json) or a hub id 'org/name'; anything else is a clear error
+    (transformers would answer a missing folder with "Repo id must be in the form ...")."""
+    expanded = os.path.expanduser(str(path))
+    if os.path.isdir(expanded):
+        if not os.path.isfile(os.path.join(expanded, "config.json")):
+            raise FileNotFoundError(f"{path} has no config.json, so it is not a model folder")
+        return expanded
+    local = os.path.isabs(expanded) or str(path).startswith(("./", "../", "~")) or not HUB_ID.match(str(path))
+    if local:
+        raise FileNotFoundError(f"model folder {path} does not exist: give a folder holding config.json, or a "
+                                f"hub id 'org/name'")
+    return str(path)
+
+
+def check_device(device: str | torch.device) -> None:
+    """Fail before loading when a device cannot be used."""
+    if str(device) == "auto":
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N ({e})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device} asked for, but CUDA is not available here: use device=cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+
+
+def check_before_weights(paths: Sequence[str],
+                         tokenizers: Sequence[PreTrainedTokenizerBase | None] = ()) -> int | None:
+    """The one-vocabulary check from config.json and the tokenizer files, before any weights load.
+    Returns the shared vocabulary size V (None when a config does not say)."""
+    sizes = {}
+    for path in paths:
+        config = AutoConfig.from_pretrained(path)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        sizes[str(path)] = getattr(text, "vocab_size", None)
+    if None not in sizes.values() and len(set(sizes.values())) > 1:
+        raise ValueError(
+            f"members have different vocabulary sizes in config.json {sizes}: collaborative decoding needs "
+            f"one shared vocabulary (same tokenizer); pick members of one model family"
+        )
+    _check_tokenizers([(str(p), t) for p, t in zip(paths, tokenizers) if t is not None])
+    return None if None in sizes.values() else next(iter(sizes.values()), None)
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -49,13 +102,17 @@ def check_vocabularies(members: Sequence[Member], tokenizers: Sequence[PreTraine
             f"members have different vocabulary sizes {sizes}: collaborative decoding needs one shared "
             f"vocabulary (same tokenizer); pick members of one model family"
         )
-    known = [(m.name, t) for m, t in zip(members, tokenizers) if t is not None]
-    if known:
-        first_name, first = known[0]
-        first_vocab = first.get_vocab()
-        for name, tok in known[1:]:
-            if tok.get_vocab() != first_vocab:
-                raise ValueError(
-                    f"tokenizers of {first_name} and {name} differ: collaborative decoding needs one "
-                    f"shared tokenizer; pick members of one model family"
-                )
+    _check_tokenizers([(m.name, t) for m, t in zip(members, tokenizers) if t is not None])
+
+
+def _check_tokenizers(named: Sequence[tuple[str, PreTrainedTokenizerBase]]) -> None:
+    if not named:
+        return
+    first_name, first = named[0]
+    first_vocab = first.get_vocab()
+    for name, tok in named[1:]:
+        if tok.get_vocab() != first_vocab:
+            raise ValueError(
+                f"tokenizers of {first_name} and {name} differ: collaborative decoding needs one "
+                f"shared tokenizer; pick members of one model family"
+            )

@@ -37,6 +37,17 @@ LOOPS = {
 BONUS_MODES = ("none", "exact")
 
 
+def ignored_bonus(method: str, bonus: str) -> str | None:
+    """Why `method` would ignore bonus mode `bonus` (None when it would not)."""
+    loop = LOOPS.get(method)
+    if bonus == "none" or loop in (None, "naive"):
+        return None
+    why = {"cos": "CoS keeps the verifier's own bonus token as a pending proposal (ALGORITHM.md §4.2)",
+           "sd": "sd always draws its bonus token from the target", "standard": "nothing is drafted"}[loop]
+    return (f"method {method} would ignore bonus={bonus!r}: it applies to Naive-CoS (we_sd, cd_sd, custom_sd) "
+            f"only; {why}")
+
+
 @dataclass
 class Plan:
     method: str
@@ -65,7 +76,7 @@ class Plan:
                 f"gamma {gammas} has {len(gammas)} entries for {self.n_members} members; "
                 f"give one per member in config order, or one int"
             )
-        if any(not isinstance(g, int) or g < 1 for g in gammas):
+        if any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in gammas):
             raise ValueError(f"gamma must be an int >= 1 (or a list of them), got {self.gamma}")
         if self.proposer is not None and not 0 <= self.proposer < self.n_members:
             raise ValueError(f"proposer index {self.proposer} out of range for {self.n_members} members")
@@ -75,10 +86,14 @@ class Plan:
                              f"got {self.draft_threshold!r}")
         if self.draft_threshold and self.loop == "standard":
             raise ValueError(f"method {self.method} drafts nothing: draft_threshold applies to sd, *_sd and *_chef")
+        if ignored_bonus(self.method, self.bonus):
+            raise ValueError(ignored_bonus(self.method, self.bonus))
         if self.schedule is not None and self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.schedule is not None and self.loop == "standard":
             raise ValueError(f"method {self.method} drafts nothing: schedule applies to sd, *_sd and *_chef")
+        if self.loop == "standard" and self.proposer is not None:
+            raise ValueError(f"method {self.method} drafts nothing: proposer applies to *_sd and *_chef")
         if self.loop == "sd" and self.proposer not in (None, 1):
             raise ValueError("method sd: the proposer is the draft model (member 1)")
 
@@ -122,5 +137,9 @@ def make_plan(
         combination = Single()
     elif combination is None:
         raise ValueError(f"method {method} needs a combination (weighted ensemble, contrastive, ...)")
-    gamma = gamma if isinstance(gamma, int) else [int(g) for g in gamma]
+    if isinstance(gamma, (list, tuple)) or (hasattr(gamma, "__iter__") and not isinstance(gamma, (str, bytes))):
+        gamma = list(gamma)  # each entry is checked by Plan: an int >= 1, never a float or a bool
+    elif isinstance(gamma, bool) or not isinstance(gamma, int):
+        raise ValueError(f"gamma must be an int >= 1 (or a list of them, one per member), got {gamma!r} "
+                         f"({type(gamma).__name__})")
     return Plan(method, loop, combination, n_members, gamma, proposer, bonus, draft_threshold, schedule)

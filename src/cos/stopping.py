@@ -11,6 +11,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
+def as_stop_strings(stop: str | Iterable[str] | None) -> tuple[str, ...]:
+    """One string is ONE stop string ("xE", not "x" and "E"); a list is several; each must be non-empty."""
+    stops = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
+    bad = [s for s in stops if not isinstance(s, str) or not s]
+    if bad:
+        raise ValueError(f"stop strings must be non-empty strings, got {bad[0]!r}")
+    return stops
+
+
 @dataclass
 class Stopper:
     max_new_tokens: int

@@ -117,3 +117,23 @@ def test_served_sampling_with_cos_parameters(server, engines):
     local = engines("we2", speculative=True).generate([PROMPTS[1]], max_new_tokens=MAX_NEW, temperature=0.7, top_k=40,
                                                       top_p=0.9, seed=3, eos_token_ids=[])[0]
     assert reply.choices[0].token_ids == local.token_ids
+
+
+def test_bad_cos_parameters_get_a_400_and_the_server_keeps_serving(server):
+    """A bad vllm_xargs value is the client's error (400 naming it), not the EngineCore's: a good request
+    and /health still succeed afterwards (issue 10: one such request used to 500 every later one)."""
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(base_url=server, api_key="unused", timeout=REQUEST_S, max_retries=0)
+    for xargs, parameter in (({"cos_temperature": -1}, "vllm_xargs.cos_temperature"),
+                             ({"cos_top_p": "abc"}, "vllm_xargs.cos_top_p")):
+        with pytest.raises(BadRequestError) as caught:
+            client.completions.create(model="cos-we2", prompt=PROMPTS[0], max_tokens=4, temperature=1.0,
+                                      extra_body={"vllm_xargs": xargs})
+        assert caught.value.status_code == 400 and parameter in str(caught.value), caught.value
+    reply = client.completions.create(model="cos-we2", prompt=PROMPTS[0], max_tokens=4, temperature=1.0, seed=0,
+                                      extra_body={"ignore_eos": True, "return_token_ids": True,
+                                                  "vllm_xargs": {"cos_temperature": 0.7}})
+    assert len(reply.choices[0].token_ids) == 4
+    with urllib.request.urlopen(server.rsplit("/v1", 1)[0] + "/health", timeout=5) as r:
+        assert r.status == 200

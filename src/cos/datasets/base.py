@@ -9,6 +9,7 @@ text, and how to score it. The runner never looks inside rows; it only sees `Exa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from abc import ABC, abstractmethod
@@ -62,15 +63,42 @@ def select_rows(rows: list[dict], size: str | int, seed: int) -> list[tuple[int,
     return [(i, rows[i]) for i in order[:n]]
 
 
-def read_jsonl(path: str | Path, split: str = "test") -> list[dict]:
-    """Rows of a jsonl file, or of `<folder>/<split>.jsonl` when `path` is a folder."""
+def rows_digest(rows: list[dict]) -> str:
+    """SHA-256 of every row (before selection), as canonical JSON: the data's identity for resuming."""
+    text = json.dumps(rows, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_jsonl(path: str | Path, split: str = "test", required: tuple[str, ...] = ()) -> list[dict]:
+    """Rows of a jsonl file, or of `<folder>/<split>.jsonl` when `path` is a folder. A line that is not
+    a JSON object, or lacks a `required` field, is an error naming the file and the line."""
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / f"{split}.jsonl"
     if not p.is_file():
         raise FileNotFoundError(f"no jsonl data at {p} (pass a .jsonl file or a folder holding {split}.jsonl)")
+    rows = []
     with p.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        try:
+            lines = list(f)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}, line {n}: not valid JSON ({e.msg}, column {e.colno}): fix or remove the "
+                             f"line") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{p}, line {n}: expected a JSON object {{...}}, got {type(row).__name__}")
+        missing = [field for field in required if field not in row]
+        if missing:
+            raise ValueError(f"{p}, line {n}: no field {', '.join(map(repr, missing))} (each line needs "
+                             f"{', '.join(required)})")
+        rows.append(row)
+    return rows
 
 
 def read_hub(name: str, config: str | None, split: str) -> list[dict]:
@@ -123,6 +151,10 @@ def render_template(prompts_dir: str | Path | None, name: str, **variables: Any)
     return template.render(**variables)
 
 
+def _at(path: str | None) -> str:
+    return f" ({path})" if path is not None else ""
+
+
 class DatasetAdapter(ABC):
     """Load rows, build prompts, extract answers, score. Subclasses set the class attributes.
 
@@ -138,6 +170,8 @@ class DatasetAdapter(ABC):
     scoring: ClassVar[str] = "generative"  # text is generated then parsed; no log-likelihood scoring
     stop_strings: list[str] = []  # class default; instances hold a copy
     max_new_tokens: int = 256
+    data_sha256: str | None = None  # set by load(): rows_digest of every row read
+    required_fields: tuple[str, ...] = ()  # fields every row must have (checked with file and line)
 
     def __init__(
         self,
@@ -156,7 +190,7 @@ class DatasetAdapter(ABC):
     def read_rows(self, path: str | None) -> list[dict]:
         """All rows, from `path` when given, else from the hub."""
         if path is not None:
-            return read_jsonl(path, self.split)
+            return read_jsonl(path, self.split, self.required_fields)
         if self.hub_name is None:
             raise ValueError(f"dataset {self.name!r} needs a path to a jsonl file or folder")
         return read_hub(self.hub_name, self.hub_config, self.split)
@@ -165,7 +199,18 @@ class DatasetAdapter(ABC):
         """The selected rows as Examples (prompts built with this adapter's `use_fewshot`)."""
         resolve_size(size, 1)  # reject a bad size before any slow read
         rows = self.read_rows(path)
-        return [self.to_example(row, i) for i, row in select_rows(rows, size, seed)]
+        self.data_sha256 = rows_digest(rows)
+        examples = []
+        for i, row in select_rows(rows, size, seed):
+            try:
+                example = self.to_example(row, i)
+            except KeyError as e:
+                raise ValueError(f"dataset {self.name}{_at(path)}: row {i + 1} has no field {e}") from None
+            if not example.prompt:
+                raise ValueError(f"dataset {self.name}{_at(path)}: row {i + 1} ({example.id}) has an empty "
+                                 f"prompt: give it text or remove it")
+            examples.append(example)
+        return examples
 
     @abstractmethod
     def to_example(self, row: dict, index: int) -> Example:

@@ -43,6 +43,7 @@ class CNNDM(DatasetAdapter):
     """
 
     name = "cnndm"
+    required_fields = ("article", "highlights")
     hub_name = "abisee/cnn_dailymail"
     hub_config = "3.0.0"
     # The few-shot highlights are one line; a blank line or a new "Article:" means the summary is done.

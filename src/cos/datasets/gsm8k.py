@@ -62,6 +62,7 @@ class GSM8K(DatasetAdapter):
     """openai/gsm8k "main", test split (1319 rows): fields question, answer ("... #### N")."""
 
     name = "gsm8k"
+    required_fields = ("question", "answer")
     hub_name = "openai/gsm8k"
     hub_config = "main"
     # The few-shot prompt separates examples by a blank line before "Question:"; a model that goes on

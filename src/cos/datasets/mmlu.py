@@ -46,6 +46,7 @@ class MMLU(DatasetAdapter):
     """
 
     name = "mmlu"
+    required_fields = ("question", "choices", "answer", "subject")
     hub_name = "cais/mmlu"
     hub_config = "all"
     stop_strings = ["\n\nQ:", "\nQ:", "\n\nQuestion:"]

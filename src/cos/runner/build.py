@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..engine import Engine
-from ..loading import check_vocabularies, load_member, load_tokenizer, resolve_dtype
+from ..loading import (check_before_weights, check_device, check_vocabularies, load_member, load_tokenizer,
+                       resolve_dtype)
 from .config import RunConfig
 from .resolve import resolve_models
 
@@ -24,21 +23,6 @@ class Built:
     baseline: Engine | None
     tokenizer: object
     paths: list[str]  # resolved member paths, config order
-
-
-def check_device(device: str) -> None:
-    """Fail before loading when a device cannot be used."""
-    if device == "auto":
-        return
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise ValueError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N ({e})") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device} asked for, but CUDA is not available here: use device=cpu or auto")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
 
 
 def check_before_loading(run: RunConfig, model_path: str | None = None) -> list[str]:
@@ -68,6 +52,11 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
     if run.dataset.get("chat_template") and not getattr(tokenizers[0], "chat_template", None):
         raise ValueError("dataset.chat_template=true, but the tokenizer of method.model has no chat template: "
                          "set dataset.chat_template=false")
+    vocab = check_before_weights(paths, tokenizers)
+    if vocab:  # a custom combination's wrong shape or values, before any weights load
+        for p in (plan, baseline_plan):
+            if p is not None:
+                p.combination.probe(vocab)
     loaded = {} if loaded is None else loaded
     keys = [(p, dv, dt, run.compile) for p, dv, dt in zip(paths, run.devices, run.dtypes)]
     for key in keys:

@@ -77,6 +77,19 @@ def precheck(argv: Sequence[str], config_dir: Path) -> str | None:
                     return f"unknown method {choice!r}: use method=<one of {', '.join(methods)}> (configs/method/)"
         elif not _known(key.split(".")):
             return f"unknown config key {key}{suggest(key)}; the keys are documented in configs/default.yaml"
+        elif key == "save_path" and not o.is_sweep_override() and o.value() is not None:
+            blocked = _file_in_the_way(Path(str(o.value())).expanduser())
+            if blocked:
+                return f"save_path={o.value()}: {blocked} is a file, not a folder; give a new folder, or one " \
+                       f"holding a run to resume"
+    return None
+
+
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The first existing non-folder on the way to `folder` (Hydra would crash creating it), else None."""
+    for part in [*reversed(folder.parents), folder]:
+        if part.exists() and not part.is_dir():
+            return part
     return None
 
 

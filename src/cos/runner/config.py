@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..engine import plan_from_kwargs
-from ..plan import LOOPS, Plan
+from ..plan import LOOPS, Plan, ignored_bonus
 from ..sampling import SamplingParams
 from .schema import check_keys
 
@@ -123,7 +123,8 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
     if any(isinstance(g, bool) or not isinstance(g, int) for g in entries):
         raise ValueError(f"method.gamma must be an int or a list of ints (one per member), got {gamma!r}")
     kw: dict = {"gamma": list(gamma) if isinstance(gamma, (list, tuple)) else gamma,
-                "bonus": m.get("bonus", "none")}
+                # only Naive-CoS draws a bonus; a *_sd method's baseline inherits its bonus, unused
+                "bonus": m.get("bonus", "none") if loop == "naive" else "none"}
     if m.get("draft_threshold") is not None:
         kw["draft_threshold"] = m["draft_threshold"]  # checked by the plan (a probability in [0, 1))
     kw["schedule"] = m.get("schedule") or "adaptive"  # checked by the plan (fixed | adaptive)
@@ -176,6 +177,25 @@ def _per_member(key: str, value, n: int) -> list:
     return [str(v) for v in values]
 
 
+def refuse_ignored(m: Mapping) -> None:
+    """Settings the method in `m` would ignore are errors (its baseline inherits them unused)."""
+    name, loop = m.get("name"), LOOPS.get(m.get("name"))
+    if loop == "standard" and m.get("draft_threshold") is not None:
+        raise ValueError(f"method {name} drafts nothing, so it would ignore method.draft_threshold: it applies to "
+                         f"sd, *_sd and *_chef; unset it (method.draft_threshold=null)")
+    if ignored_bonus(name, m.get("bonus", "none")):
+        raise ValueError(f"{ignored_bonus(name, m['bonus'])}: set method.bonus=none")
+    # (method.proposer on a standard method is not refused: the reproduction grids set it on every cell,
+    # and their saved configs must keep resuming; the API refuses it)
+    if name in ("large_model", "sd"):
+        set_here = [k for k, default in (("lambda", None), ("weights", None), ("combination", None), ("alpha", 0.1),
+                                         ("plausibility", 0.0)) if m.get(k) not in (None, default)]
+        if set_here:
+            raise ValueError(f"method {name} uses one model's distribution, so it would ignore "
+                             f"{', '.join('method.' + k for k in set_here)}: unset "
+                             f"{'it' if len(set_here) == 1 else 'them'}")
+
+
 def _threads(value):
     """threads: auto | an int >= 1 | null (torch's own setting)."""
     if value is None or value == "auto":
@@ -186,6 +206,7 @@ def _threads(value):
 def run_config(cfg: Mapping) -> RunConfig:
     """Check a composed config (a plain dict) and return the run's arguments."""
     check_keys(cfg)
+    refuse_ignored(cfg["method"])
     spec = method_spec(cfg["method"])
     spec.plan()  # method, gamma, weights, combination: all validated here, nothing loaded
     generate = GenerateSpec(**cfg["method"].get("generate", {}))

