@@ -9,7 +9,8 @@
 //
 // Speed: W is streamed once per call (the cost at small M is memory bandwidth). Each 16-wide chunk of
 // a W row is converted bf16 -> fp32 once (zero-extend, shift left 16) and used for all rows of x in
-// the tile; x is converted to fp32 once per call into a zero-padded buffer.
+// the tile; x is converted to fp32 once per call into a zero-padded buffer laid out k-chunk-major, so
+// the x rows a tile reads for one chunk are adjacent (one stream for the prefetcher, no set conflicts).
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -51,7 +52,7 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 struct Problem {
-  const float* x;       // [M, Kp] fp32, zero-padded past K
+  const float* x;       // fp32, zero-padded past K, interleaved: x[m][k] at (k / 16) * 16M + 16m + k % 16
   const uint16_t* w;    // [N, K] bf16 bits
   const uint16_t* bias; // [N] bf16 bits or nullptr
   uint16_t* y;          // [M, N] bf16 bits
@@ -66,13 +67,13 @@ inline void tile(const Problem& p, int64_t m0, int64_t n0) {
   for (int m = 0; m < MB; ++m)
     for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_setzero_ps();
   const uint16_t* w = p.w + n0 * p.K;
-  const float* x = p.x + m0 * p.Kp;
+  const float* x = p.x + m0 * 16;  // the tile's x rows for one k chunk lie side by side
   int64_t k = 0;
   for (; k < p.Kfull; k += 16) {
     __m512 wv[NB];
     for (int j = 0; j < NB; ++j) wv[j] = load_w(w + j * p.K + k);
     for (int m = 0; m < MB; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * p.Kp + k);
+      const __m512 xv = _mm512_loadu_ps(x + k * p.M + m * 16);
       for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_fmadd_ps(xv, wv[j], acc[m][j]);
     }
   }
@@ -80,7 +81,7 @@ inline void tile(const Problem& p, int64_t m0, int64_t n0) {
     __m512 wv[NB];
     for (int j = 0; j < NB; ++j) wv[j] = load_w_masked(w + j * p.K + k, p.tail);
     for (int m = 0; m < MB; ++m) {
-      const __m512 xv = _mm512_loadu_ps(x + m * p.Kp + k);
+      const __m512 xv = _mm512_loadu_ps(x + k * p.M + m * 16);
       for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_fmadd_ps(xv, wv[j], acc[m][j]);
     }
   }
@@ -165,7 +166,7 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch:
   std::vector<float> xf(static_cast<size_t>(M * Kp), 0.0f);
   const uint16_t* xs = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) xf[m * Kp + k] = bf16_to_f32(xs[m * K + k]);
+    for (int64_t k = 0; k < K; ++k) xf[(k / 16) * 16 * M + m * 16 + k % 16] = bf16_to_f32(xs[m * K + k]);
   Problem p;
   p.x = xf.data();
   p.w = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
