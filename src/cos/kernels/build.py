@@ -87,7 +87,8 @@ def load() -> ModuleType | None:
                 _module = load_inline(name, cpp_sources=[source], extra_cflags=CFLAGS,
                                       extra_ldflags=LDFLAGS, build_directory=str(folder))
             except Exception as exc:  # no compiler, no ninja, a compile error: keep torch's path
-                _failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+                lines = str(exc).strip().splitlines()
+                _failure = f"{type(exc).__name__}: {lines[-1] if lines else ''}"
         if _failure is not None:
             log.warning("cos.kernels: fast bf16 linear unavailable, using torch's F.linear (%s)", _failure)
         return _module

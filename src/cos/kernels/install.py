@@ -42,7 +42,8 @@ def install_fast_linears(model: nn.Module) -> int:
             continue
         original = module.__dict__.get("forward")  # an instance forward set by someone else, if any
         setattr(module, _MARK, original)
-        module.forward = _fast_forward(module, original if original is not None else module.__class__.forward.__get__(module))
+        fallback = original if original is not None else module.__class__.forward.__get__(module)
+        module.forward = _fast_forward(module, fallback)
         changed += 1
     return changed
 
