@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from . import build
-from .linear import bf16_linear, kernel_applies
+from .linear import kernel_applies, kernel_linear
 
 _MARK = "_cos_fast_linear_original"
 
@@ -19,7 +19,7 @@ _MARK = "_cos_fast_linear_original"
 def _fast_forward(module: nn.Linear, original):
     def forward(x: torch.Tensor) -> torch.Tensor:
         if kernel_applies(x, module.weight, module.bias):
-            return bf16_linear(x, module.weight, module.bias)
+            return kernel_linear(x, module.weight, module.bias)
         return original(x)
 
     return forward

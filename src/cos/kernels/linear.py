@@ -32,6 +32,11 @@ def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     """
     if not kernel_applies(x, weight, bias):
         return F.linear(x, weight, bias)
+    return kernel_linear(x, weight, bias)
+
+
+def kernel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The kernel's path for a call that `kernel_applies` accepted (F.linear where it is unavailable)."""
     ext = build.load()
     if ext is None:
         return F.linear(x, weight, bias)
