@@ -9,7 +9,7 @@
 // Tiling only decides which accumulators live in registers together.
 //
 // Speed: W is streamed once per call (at few rows the cost is reading W). Each 64-byte chunk of a W
-// row is converted to fp32 once, without a shuffle (split_bf16x32), and used for all x rows of the
+// row is converted to fp32 once, without a shuffle (see chunk()), and used for all x rows of the
 // tile; x is copied once per call into a zero-padded bf16 buffer laid out chunk-major, so the x rows a
 // tile reads for one chunk are adjacent (one stream for the prefetcher, no cache set conflicts).
 
@@ -24,14 +24,6 @@
 #include <vector>
 
 namespace {
-
-// 32 bf16 (one 64-byte load) -> two fp32 vectors without a shuffle: each 32-bit lane holds the pair
-// (element 2i in the low half, 2i+1 in the high half), so the even elements are the lane shifted left
-// 16 and the odd ones the lane with its low half cleared. x is stored split the same way.
-inline void split_bf16x32(__m512i v, __m512& even, __m512& odd) {
-  even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-  odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-}
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -58,22 +50,32 @@ struct Problem {
   __mmask32 tail;       // elements of the last, partial chunk (0 when K % 32 == 0)
 };
 
-// One 32-wide chunk of MB x rows against NB W rows (already split): two FMAs per accumulator, even
-// elements first. x is kept in bf16 and split like W (its bytes are read again by every tile, so half
-// the bytes keep more of it in L1; measured faster than an fp32 copy of x at every M). The x vectors
-// are pinned to registers (the empty asm) so the compiler does not fold them into every FMA as memory
-// operands, which reloads each one NB times.
+// One 32-wide chunk of MB x rows against NB W rows: for every accumulator an FMA with the even
+// elements, then one with the odd elements. Done as two passes (even for all, then odd for all), so
+// only one half of W is live at a time: MB * NB accumulators + NB W + 1 x registers fit in 32 zmm for
+// the tiles below. x is kept in bf16 and split like W (every tile reads all of x again, so half the
+// bytes keep more of it in L1; measured faster than an fp32 copy of x at every M). The empty asm keeps
+// each x vector in a register instead of being folded into NB FMAs as a memory operand.
 template <int MB, int NB>
-inline void chunk(const uint16_t* x, const __m512 (&we)[NB], const __m512 (&wo)[NB], __m512 (&acc)[MB][NB]) {
+inline void chunk(const uint16_t* x, const uint16_t* w, int64_t K, __mmask32 mask, __m512 (&acc)[MB][NB]) {
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  auto load = [&](const uint16_t* p) {
+    return mask ? _mm512_maskz_loadu_epi16(mask, p) : _mm512_loadu_si512(p);
+  };
+  __m512 wv[NB];
+  for (int j = 0; j < NB; ++j) wv[j] = _mm512_castsi512_ps(_mm512_slli_epi32(load(w + j * K), 16));
   for (int m = 0; m < MB; ++m) {
-    __m512 xe, xo;
-    split_bf16x32(_mm512_loadu_si512(x + m * 32), xe, xo);
-    asm("" : "+v"(xe), "+v"(xo));
-    for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_fmadd_ps(xe, we[j], acc[m][j]);
-    for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_fmadd_ps(xo, wo[j], acc[m][j]);
+    __m512 xe = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(x + m * 32), 16));
+    asm("" : "+v"(xe));
+    for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_fmadd_ps(xe, wv[j], acc[m][j]);
+  }
+  for (int j = 0; j < NB; ++j) wv[j] = _mm512_castsi512_ps(_mm512_and_si512(load(w + j * K), hi));  // L1 hit
+  for (int m = 0; m < MB; ++m) {
+    __m512 xo = _mm512_castsi512_ps(_mm512_and_si512(_mm512_loadu_si512(x + m * 32), hi));
+    asm("" : "+v"(xo));
+    for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_fmadd_ps(xo, wv[j], acc[m][j]);
   }
 }
-
 
 // MB rows of x against NB rows of W starting at (m0, n0).
 template <int MB, int NB>
@@ -85,20 +87,14 @@ inline void tile(const Problem& p, int64_t m0, int64_t n0) {
   const uint16_t* x = p.x + m0 * 32;  // this tile's x rows in the first chunk
   const int64_t x_step = p.M * 32;     // to the next chunk
   int64_t k = 0;
-  __m512 we[NB], wo[NB];
   for (; k < p.Kfull; k += 32, x += x_step) {
     // The next tile's W rows, one line each per chunk: the hardware prefetcher needs a few misses to
     // pick up each new row, which costs most on short rows (K = 1536: ~25% at M = 6, 1 thread).
     for (int j = 0; j < NB; ++j)
       _mm_prefetch(reinterpret_cast<const char*>(w + (NB + j) * p.K + k), _MM_HINT_T1);
-    for (int j = 0; j < NB; ++j) split_bf16x32(_mm512_loadu_si512(w + j * p.K + k), we[j], wo[j]);
-    chunk<MB, NB>(x, we, wo, acc);
+    chunk<MB, NB>(x, w + k, p.K, 0, acc);
   }
-  if (p.tail) {
-    for (int j = 0; j < NB; ++j)
-      split_bf16x32(_mm512_maskz_loadu_epi16(p.tail, w + j * p.K + k), we[j], wo[j]);
-    chunk<MB, NB>(x, we, wo, acc);
-  }
+  if (p.tail) chunk<MB, NB>(x, w + k, p.K, p.tail, acc);
   for (int m = 0; m < MB; ++m) {
     uint16_t* y = p.y + (m0 + m) * p.N + n0;
     for (int j = 0; j < NB; ++j) {
