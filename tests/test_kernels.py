@@ -140,3 +140,24 @@ def test_install_leaves_fp32_models_and_other_models_alone(ext):
     assert installed_count(other) == 0
     assert torch.nn.Linear.forward is class_forward and F.linear is functional  # nothing global
     uninstall_fast_linears(bf16)
+
+
+def test_unavailable_kernel_leaves_models_on_torch(monkeypatch):
+    """Where the kernel can't run (no AVX-512, no compiler), install changes nothing and calls use torch."""
+    from cos.kernels import build
+
+    monkeypatch.setattr(build, "load", lambda: None)
+    model = tiny_bf16_llama()
+    assert install_fast_linears(model) == 0 and installed_count(model) == 0
+    x, w, b = operands(3, 32, 8)
+    assert torch.equal(bits(bf16_linear(x, w, b)), bits(F.linear(x, w, b)))
+
+
+def test_cpu_check_names_missing_flags(monkeypatch):
+    from cos.kernels import build
+
+    monkeypatch.setattr(build, "cpu_flags", lambda: {"avx2", "avx512f"})
+    ok, why = build.cpu_supported()
+    assert not ok and "avx512bw" in why and "avx512vl" in why
+    monkeypatch.setattr(build, "cpu_flags", lambda: {"avx512f", "avx512bw", "avx512vl"})
+    assert build.cpu_supported()[0]
