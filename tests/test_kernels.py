@@ -161,3 +161,17 @@ def test_cpu_check_names_missing_flags(monkeypatch):
     assert not ok and "avx512bw" in why and "avx512vl" in why
     monkeypatch.setattr(build, "cpu_flags", lambda: {"avx512f", "avx512bw", "avx512vl"})
     assert build.cpu_supported()[0]
+
+
+def test_thread_count_does_not_change_results(ext):
+    """cos.threads switches the intra-op thread count between calls: results must not move with it."""
+    x, w, b = operands(6, 200, 300, seed=9)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ext.bf16_linear(x, w, b)
+        torch.set_num_threads(2)
+        two = ext.bf16_linear(x, w, b)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(bits(one), bits(two))
