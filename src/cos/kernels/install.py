@@ -2,7 +2,7 @@
 
 Only the given model changes (an instance attribute `forward` on each of its Linear modules); torch
 itself is never patched. Calls the kernel does not cover (fp32 or CUDA input, more than 16 rows, a
-gradient wanted) go to the module's original forward.
+gradient wanted, code being traced by torch.compile) go to the module's original forward.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ _MARK = "_cos_fast_linear_original"
 
 def _fast_forward(module: nn.Linear, original):
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if kernel_applies(x, module.weight, module.bias):
+        # torch.compile traces the original forward (the extension call would break the graph)
+        if not torch.compiler.is_compiling() and kernel_applies(x, module.weight, module.bias):
             return kernel_linear(x, module.weight, module.bias)
         return original(x)
 
