@@ -1,0 +1,103 @@
+"""Compile the C++ kernels at first use, once per source version, and say why when they can't be used.
+
+The build goes to ``$TORCH_EXTENSIONS_DIR/<name>`` when that variable is set, else to
+``~/.cache/cos/kernels/<name>``, where ``<name>`` carries a hash of the source and of torch's version:
+a changed kernel or torch gets a fresh build, an unchanged one loads the cached ``.so`` in well under a
+second. torch's own file lock in the build folder keeps concurrent processes from building twice; a
+lock here does the same for threads. ``COS_KERNELS=0`` turns the kernels off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("bf16_linear.cpp")
+CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
+NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512vl")
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+_failure: str | None = None
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo, or None where that file is not there."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return None
+
+
+def cpu_supported() -> tuple[bool, str]:
+    """(whether this CPU runs the kernel, why not)."""
+    flags = cpu_flags()
+    if flags is None:  # no /proc/cpuinfo: torch's own dispatch level implies AVX-512 F/BW/VL/DQ
+        cap = torch.backends.cpu.get_cpu_capability()
+        return (cap.startswith("AVX512"), f"torch CPU capability is {cap}, not AVX512")
+    missing = [f for f in NEEDED_FLAGS if f not in flags]
+    return (not missing, f"the CPU lacks {', '.join(missing)}")
+
+
+def build_dir(name: str) -> Path:
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "cos" / "kernels"
+    return Path(root) / name
+
+
+def extension_name(source: str) -> str:
+    digest = hashlib.sha256((source + torch.__version__ + " ".join(CFLAGS)).encode()).hexdigest()[:12]
+    return f"cos_bf16_linear_{digest}"
+
+
+def load() -> ModuleType | None:
+    """The compiled extension, or None (the reason logged once and kept in `failure()`)."""
+    global _module, _failure
+    if _module is not None or _failure is not None:
+        return _module
+    with _lock:
+        if _module is not None or _failure is not None:
+            return _module
+        if os.environ.get("COS_KERNELS", "1") == "0":
+            _failure = "COS_KERNELS=0"
+        else:
+            ok, why = cpu_supported()
+            if not ok:
+                _failure = why
+        if _failure is None:
+            try:
+                from torch.utils.cpp_extension import load_inline
+
+                source = SOURCE.read_text()
+                name = extension_name(source)
+                folder = build_dir(name)
+                folder.mkdir(parents=True, exist_ok=True)
+                _module = load_inline(name, cpp_sources=[source], extra_cflags=CFLAGS,
+                                      extra_ldflags=LDFLAGS, build_directory=str(folder))
+            except Exception as exc:  # no compiler, no ninja, a compile error: keep torch's path
+                lines = str(exc).strip().splitlines()
+                _failure = f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+        if _failure is not None:
+            log.warning("cos.kernels: fast bf16 linear unavailable, using torch's F.linear (%s)", _failure)
+        return _module
+
+
+def failure() -> str | None:
+    """Why the kernel is not available (after `load()` returned None), else None."""
+    return _failure
+
+
+def available() -> bool:
+    return load() is not None

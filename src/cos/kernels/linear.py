@@ -1,0 +1,45 @@
+"""`bf16_linear`: F.linear for bf16 CPU inputs of a few rows through the AVX-512 kernel, else torch."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import build
+
+MAX_ROWS = 16  # past this many rows torch's GEMM is the better path
+
+
+def kernel_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the kernel computes this F.linear call: bf16 on CPU, few rows, no gradient wanted."""
+    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or x.device.type != "cpu":
+        return False
+    if weight.device.type != "cpu" or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        return False
+    if bias is not None and (bias.dtype != torch.bfloat16 or bias.device.type != "cpu"):
+        return False
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return False
+    rows = x.numel() // max(x.shape[-1], 1)
+    return 0 < rows <= MAX_ROWS
+
+
+def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias). Through the kernel where it applies and is available, else F.linear.
+
+    Kernel rows are independent: row i of a block's result equals the result for row i alone, bitwise.
+    """
+    if not kernel_applies(x, weight, bias):
+        return F.linear(x, weight, bias)
+    return kernel_linear(x, weight, bias)
+
+
+def kernel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The kernel's path for a call that `kernel_applies` accepted (F.linear where it is unavailable)."""
+    ext = build.load()
+    if ext is None:
+        return F.linear(x, weight, bias)
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    y = ext.bf16_linear(x2, weight.contiguous(), None if bias is None else bias.contiguous())
+    return y.reshape(*x.shape[:-1], weight.shape[0])
