@@ -10,8 +10,10 @@ pair (1.5B expert / target, 0.5B amateur / draft), bf16, greedy, HumanEval promp
   bursty  one process launches short torch jobs back to back (import torch, a few matmuls, exit),
           as a test suite or a build does.
 Two member runtimes run interleaved in every condition, on the same weights:
-  torch    transformers' DynamicCache, torch's default threads (one per core), the paper's fixed γ;
-  cos      the preallocated cache, threads="auto" (threads.py), schedule="adaptive" (schedule.py).
+  torch    transformers' DynamicCache, torch's default threads (one per core), the paper's fixed γ,
+           torch's bf16 linear;
+  cos      the preallocated cache, threads="auto" (threads.py), schedule="adaptive" (schedule.py), the
+           CPU bf16 linear kernel (cos.kernels; installed before each of its generations, removed after).
 Each row: tokens/s (decode), the ratio over the standard method of the same runtime and condition,
 the share of the quiet speed kept, c, the members' seconds per call, the draft lengths the schedule
 chose, and how many cores other processes took meanwhile. Rows are appended to --out (jsonl) as they
@@ -38,6 +40,7 @@ from cos.engine import plan_from_kwargs
 from cos.loading import load_tokenizer, resolve_dtype
 from cos.machine import LoadMeter
 from cos.member import Member
+from cos.kernels import install_fast_linears, uninstall_fast_linears
 from cos.models.packaged import packaged_model_dir
 from cos.threads import available_cores
 from transformers import AutoModelForCausalLM
@@ -93,7 +96,9 @@ def build(models, tok, methods):
     return engines
 
 
-def generate(engine, ids, max_new: int):
+def generate(engine, runtime: str, ids, max_new: int):
+    for m in engine.members:  # the kernel is per model: on for the cos runtime, off for torch's
+        (install_fast_linears if runtime == "cos" else uninstall_fast_linears)(m.model)
     out = engine.generate(ids, max_new_tokens=max_new, temperature=0, eos_token_ids=[])
     return out.stats
 
@@ -122,9 +127,9 @@ def main() -> None:
     ds = get_dataset("humaneval", use_fewshot=False)
     path = Path(args.data_root) / "humaneval"
     prompts = [tok(ex.prompt)["input_ids"] for ex in ds.load(str(path) if path.exists() else None, args.prompts, seed=0)]
-    for engine in engines.values():  # warm-up, untimed: first calls, thread pools, the schedule's first probes
+    for (runtime, _), engine in engines.items():  # warm-up, untimed: first calls, thread pools, first probes
         for _ in range(2):
-            generate(engine, prompts[0], 12)
+            generate(engine, runtime, prompts[0], 12)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for condition in args.conditions:
@@ -133,7 +138,7 @@ def main() -> None:
             stats = {key: [] for key in engines}
             for ids in prompts:  # interleaved: every runtime x method on a prompt, then the next prompt
                 for key, engine in engines.items():
-                    stats[key].append(generate(engine, ids, args.max_new_tokens))
+                    stats[key].append(generate(engine, key[0], ids, args.max_new_tokens))
                     print(f"{condition:7s} {key[0]:6s} {key[1]:8s} {stats[key][-1].tokens_per_second:6.2f} tok/s",
                           flush=True)
             load = meter.stop()

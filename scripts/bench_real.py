@@ -109,6 +109,7 @@ def main() -> None:
     ap.add_argument("--schedule", default="fixed", choices=["fixed", "adaptive"],
                     help="draft-length schedule of the methods that draft (fixed: the paper's γ every round)")
     ap.add_argument("--threads", default=None, help="auto | an int (default: torch's own, one per core)")
+    ap.add_argument("--kernels", default="auto", choices=["auto", "on", "off"], help="the CPU bf16 linear kernel")
     ap.add_argument("--out", default="results/bench_real.jsonl")
     args = ap.parse_args()
     unknown = set(args.methods) - set(METHODS) - {"hf_assisted", "hf_ensemble"}
@@ -117,7 +118,8 @@ def main() -> None:
 
     paths = [model_dir(args.model), model_dir(args.extra)]
     tok = load_tokenizer(paths[0])
-    members = [load_member(p, "cpu", args.dtype) for p in paths]
+    kernels = {"auto": "auto", "on": True, "off": False}[args.kernels]
+    members = [load_member(p, "cpu", args.dtype, kernels=kernels) for p in paths]
     threads = None if args.threads is None else args.threads if args.threads == "auto" else int(args.threads)
     drafts = lambda kw: kw["method"] not in ("large_model", "cd", "we")
     engines = {name: Engine(members if kw["method"] != "large_model" else members[:1],

@@ -74,7 +74,7 @@ class Engine:
     @classmethod
     def from_pretrained(cls, paths: Sequence[str], method: str = "we", *, device="auto", dtype="bfloat16",
                         tokenizer: str | None = None, threads: int | str | None = "auto", compile: bool = False,
-                        **method_kwargs) -> "Engine":
+                        kernels: bool | str = "auto", **method_kwargs) -> "Engine":
         """Load members (config order) from folders or hub ids. The method is validated first.
 
         Methods that draft run the adaptive schedule unless `schedule="fixed"` (schedule.py: never
@@ -82,6 +82,7 @@ class Engine:
         threads: "auto" (default; measured per call, threads.py), an int, or None (torch's setting).
         compile: static caches and torch.compile'd decode forwards, CUDA graphs on CUDA (Member); call
         `warm_up()` before timing so compilation and capture happen there.
+        kernels: the CPU bf16 linear kernel (cos.kernels): "auto" installs it where it measures faster.
 
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
         default: 1.7x float32 for one 1.5B model and 2.4x for CoS on a 2-core AVX512-BF16 CPU
@@ -105,7 +106,7 @@ class Engine:
         vocab = check_before_weights(paths, tokenizers)  # vocabularies from config.json: before any weights
         if vocab:
             plan.combination.probe(vocab)  # a combination's wrong shape or values: also before the weights
-        members = [load_member(p, dv, dt, compile) for p, dv, dt in zip(paths, devices, dtypes)]
+        members = [load_member(p, dv, dt, compile, kernels) for p, dv, dt in zip(paths, devices, dtypes)]
         check_vocabularies(members, tokenizers)
         return cls(members, plan, load_tokenizer(tokenizer) if tokenizer else tokenizers[0], threads)
 

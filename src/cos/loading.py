@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import os
 import re
 from collections.abc import Sequence
@@ -10,6 +12,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from .member import Member
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -82,12 +86,30 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def load_member(path: str, device: str | torch.device = "auto", dtype: str | torch.dtype = "float32",
-                compile: bool = False) -> Member:
+                compile: bool = False, kernels: bool | str = "auto") -> Member:
     """A member from a local folder or a hub id (hub ids need network; set HF_HUB_OFFLINE=1 offline).
-    compile: a static cache and torch.compile'd decode forwards (CUDA graphs on CUDA), see Member."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
+    compile: a static cache and torch.compile'd decode forwards (CUDA graphs on CUDA), see Member.
+    kernels: the CPU bf16 linear kernel (cos.kernels): auto = where it measures faster than torch here."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype)).to(resolve_device(device))
+    use_kernels(model, kernels, str(path))
     runtime = dict(cache="static", compile=True) if compile else {}
-    return Member(model.to(resolve_device(device)), name=str(path), **runtime)
+    return Member(model, name=str(path), **runtime)
+
+
+def use_kernels(model, kernels: bool | str, name: str) -> int:
+    """Install the CPU bf16 linear kernel on `model` as `kernels` says; how many layers use it."""
+    from .kernels import install_fast_linears, kernel_pays_off
+
+    if kernels not in (True, False, "auto"):
+        raise ValueError(f"kernels must be auto, true or false, got {kernels!r}")
+    if kernels is False or next(model.parameters()).device.type != "cpu":
+        return 0
+    if kernels == "auto":
+        pays, why = kernel_pays_off(model)
+        log.info("%s: CPU bf16 linear kernel %s (%s)", name, "on" if pays else "off", why)
+        if not pays:
+            return 0
+    return install_fast_linears(model)
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:

@@ -5,7 +5,9 @@ without avx512_bf16 / AMX, torch's bf16 GEMM costs 3-6x more for 4-8 rows than f
 streams W once per call whatever the row count, and rounds each output row identically whatever the
 number of rows (row i of a block equals the one-row product, bitwise; the thread count doesn't matter
 either). `install_fast_linears(model)` routes one model's bf16 nn.Linear layers through it,
-`uninstall_fast_linears(model)` undoes that. Nothing installs it by default: callers opt in.
+`uninstall_fast_linears(model)` undoes that. Members loaded with `kernels="auto"` (the default of
+`load_member`, the runner and `Engine.from_pretrained`) get it where `kernel_pays_off` measures it
+faster than torch on this machine; `kernels=True` forces it, False never installs it.
 
 Measured on the 2-core Xeon (AVX-512, no avx512_bf16), quiet, 2 threads, `scripts/bench_kernel.py`:
 8960x1536 takes 0.57 ms at M=1 (torch 1.05) and 0.85 ms at M=6 (torch 5.03); a 0.5B Qwen forward
@@ -13,8 +15,8 @@ after 200 tokens takes 88 ms for 1 new token (stock 108) and 77 ms for 6 (stock 
 """
 
 from .build import available, failure
-from .install import install_fast_linears, installed_count, uninstall_fast_linears
+from .install import install_fast_linears, installed_count, kernel_pays_off, uninstall_fast_linears
 from .linear import MAX_ROWS, bf16_linear, kernel_applies
 
-__all__ = ["MAX_ROWS", "available", "bf16_linear", "failure", "install_fast_linears", "installed_count",
+__all__ = ["MAX_ROWS", "available", "bf16_linear", "failure", "install_fast_linears", "installed_count", "kernel_pays_off",
            "kernel_applies", "uninstall_fast_linears"]

@@ -7,6 +7,8 @@ gradient wanted, code being traced by torch.compile) go to the module's original
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 
@@ -67,3 +69,35 @@ def uninstall_fast_linears(model: nn.Module) -> int:
 
 def installed_count(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if hasattr(m, _MARK))
+
+
+def _best_seconds(fn, repeats: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@torch.inference_mode()
+def kernel_pays_off(model: nn.Module) -> tuple[bool, str]:
+    """Measure, on this machine, the model's widest non-head Linear at 1 and 6 rows (a draft step and a
+    verify block) through torch and through the kernel; True when the kernel is faster in total.
+    The kernel was measured on a CPU without native bf16; where torch has it, torch may win: ask."""
+    if not build.available():
+        return False, f"kernel unavailable: {build.failure()}"
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear) and m.weight.dtype == torch.bfloat16
+               and m.weight.device.type == "cpu"]
+    if not linears:
+        return False, "no bf16 CPU Linear layers"
+    head = max(l.out_features for l in linears)
+    probe = max((l for l in linears if l.out_features < head) or linears, key=lambda l: l.weight.numel())
+    w = probe.weight
+    ours = theirs = 0.0
+    for rows in (1, 6):
+        x = torch.randn(rows, w.shape[1], dtype=torch.bfloat16)
+        theirs += _best_seconds(lambda: torch.nn.functional.linear(x, w))
+        ours += _best_seconds(lambda: kernel_linear(x, w, None))
+    verdict = ours < theirs
+    return verdict, f"{tuple(w.shape)} at 1 + 6 rows: kernel {1000 * ours:.2f} ms, torch {1000 * theirs:.2f} ms"

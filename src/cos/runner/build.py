@@ -41,7 +41,7 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
                   loaded: dict | None = None) -> Built:
     """Load the members of `run.method` and return the engine(s). model_path: default $MODEL_PATH.
 
-    loaded: {(path, device, dtype, compile): Member} kept by a caller that runs many configs in one process
+    loaded: {(path, device, dtype, compile, kernels): Member} kept by a caller that runs many configs in one process
     (scripts/reproduce.py), so each model loads once; members are reset at every generation."""
     # 1. everything that can fail without loading a model (paths: already checked by the caller)
     paths = check_before_loading(run, model_path) if paths is None else paths
@@ -58,7 +58,7 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
             if p is not None:
                 p.combination.probe(vocab)
     loaded = {} if loaded is None else loaded
-    keys = [(p, dv, dt, run.compile) for p, dv, dt in zip(paths, run.devices, run.dtypes)]
+    keys = [(p, dv, dt, run.compile, run.kernels) for p, dv, dt in zip(paths, run.devices, run.dtypes)]
     for key in keys:
         if key not in loaded:
             loaded[key] = load_member(*key)

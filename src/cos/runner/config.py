@@ -91,6 +91,7 @@ class RunConfig:
     dtypes: list = field(default_factory=lambda: ["float32"])
     threads: int | str | None = "auto"  # CPU threads per forward (threads.py)
     compile: bool = False  # static caches + torch.compile'd decode forwards (CUDA graphs on CUDA)
+    kernels: bool | str = "auto"  # the CPU bf16 linear kernel: auto (where it measures faster) | true | false
     warmup: int = 1
     progress: bool = True
 
@@ -203,6 +204,11 @@ def _threads(value):
     return _int("threads", value, 1)
 
 
+def _kernels(value):
+    """kernels: auto | true | false."""
+    return value if value == "auto" else _bool("kernels", value)
+
+
 def run_config(cfg: Mapping) -> RunConfig:
     """Check a composed config (a plain dict) and return the run's arguments."""
     check_keys(cfg)
@@ -227,4 +233,5 @@ def run_config(cfg: Mapping) -> RunConfig:
                      devices=_per_member("device", cfg.get("device", "auto"), n),
                      dtypes=_per_member("dtype", cfg.get("dtype", "float32"), n),
                      threads=_threads(cfg.get("threads", "auto")), compile=_bool("compile", cfg.get("compile", False)),
+                     kernels=_kernels(cfg.get("kernels", "auto")),
                      warmup=_int("warmup", cfg.get("warmup", 1), 0), progress=_bool("progress", cfg.get("progress", True)))

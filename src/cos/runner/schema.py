@@ -17,7 +17,7 @@ SCHEMA: dict = {
         "gamma": None, "proposer": None, "bonus": None, "draft_threshold": None, "schedule": None,
         "generate": {"temperature": None, "top_p": None, "top_k": None, "max_tokens": None},
     },
-    "max_prompt_len": None, "seed": None, "device": None, "dtype": None, "threads": None, "compile": None, "save_path": None,
+    "max_prompt_len": None, "seed": None, "device": None, "dtype": None, "threads": None, "compile": None, "kernels": None, "save_path": None,
     "compare_with": None, "warmup": None, "progress": None,
     "input": None, "stop": None,  # main_case.py only
 }
