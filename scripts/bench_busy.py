@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=["cd", "cd_chef"], choices=list(METHODS))
     ap.add_argument("--conditions", nargs="+", default=["quiet", "steady", "bursty"],
                     choices=["quiet", "steady", "bursty"])
+    ap.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=list(RUNTIMES))
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -123,7 +124,7 @@ def main() -> None:
     tok = load_tokenizer(paths[0])
     models = [AutoModelForCausalLM.from_pretrained(p, dtype=resolve_dtype("bfloat16")).eval() for p in paths]
     bytes_ratio = sum(p.numel() for p in models[1].parameters()) / sum(p.numel() for p in models[0].parameters())
-    engines = build(models, tok, args.methods)
+    engines = {k: e for k, e in build(models, tok, args.methods).items() if k[0] in args.runtimes}
     ds = get_dataset("humaneval", use_fewshot=False)
     path = Path(args.data_root) / "humaneval"
     prompts = [tok(ex.prompt)["input_ids"] for ex in ds.load(str(path) if path.exists() else None, args.prompts, seed=0)]

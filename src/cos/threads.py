@@ -6,10 +6,10 @@ the OS has parked for another process holds the whole forward for a time slice. 
 development machine with one steady competitor: 2 threads ran the Qwen pair 3x slower than quiet, 1
 thread 12% slower (ENVIRONMENT.md). No fixed count is right for every load, so `threads="auto"` measures.
 
-auto: per kind of call (member, tokens fed), it keeps a moving average of the seconds a call takes
-with each candidate count (all cores, and 1), uses the faster, and now and then runs one call with the
-other to notice a change of load; the interval doubles while the choice keeps winning (8 -> 128
-calls) and resets when the chosen count's time jumps (load arrived). The thread count never changes
+auto: per kind of call (a member's decode forwards; its prefill), it keeps a moving average of the
+seconds a call takes with each candidate count (all cores, and 1), uses the faster, and now and then
+runs one call with the other count to notice a change of load; the interval doubles while the choice
+keeps winning (8 -> 128 calls) and resets when the chosen count's time jumps (load arrived). The thread count never changes
 what a forward computes (checked bitwise on the packaged Qwen models, 1 vs 2 threads), so the policy
 cannot change any output. An int fixes the count (as torch.set_num_threads); None leaves torch's
 setting alone (members built directly, tests).
