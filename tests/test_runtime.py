@@ -22,9 +22,10 @@ PROMPT = [3, 17, 42, 8, 23]
 
 
 # ----------------------------------------------------------------- preallocated KV cache
-@pytest.mark.parametrize("kind,capacity", [("preallocated", 4), ("preallocated", 256), ("static", 256)])
+@pytest.mark.parametrize("kind,capacity", [("dynamic", 256), ("preallocated", 4), ("preallocated", 256), ("static", 256)])
 def test_rollback_then_redecode_equals_fresh_forward(models, kind, capacity):
-    """Any mix of blocks and rollbacks (capacity 4: the buffers also grow several times mid-sequence;
+    """After any mix of blocks and rollbacks, a member's logits equal a fresh forward (capacity 4: the
+    preallocated buffers also grow several times mid-sequence;
     static: a rollback only rewinds the write position, stale entries must stay masked)."""
     model = models["base"]
     member = Member(model, cache=kind, capacity=capacity)
