@@ -10,7 +10,6 @@ from conftest import members, tiny_model
 from cos import Engine, make_combination, make_plan
 from cos.engine import plan_from_kwargs
 from cos.loading import check_vocabularies
-from cos.member import Member
 
 PROMPT = [3, 17, 42, 8, 23]
 
