@@ -235,3 +235,10 @@ def test_compiled_static_member_is_exact_and_compiles_in_warm_up(models):
     assert out.tokens == ref
     with pytest.raises(ValueError, match="compile=True needs fixed shapes"):
         Member(models["base"], compile=True)
+
+
+def test_static_capacity_bounds_the_generation(models):
+    ms = [Member(m, name=f"s{i}", cache="static", capacity=96) for i, m in enumerate((models["base"], models["close"]))]
+    engine = Engine(ms, make_plan("we_chef", 2, make_combination("we", 2), [1, 5]))
+    out = engine.generate(PROMPT, max_new_tokens=500, temperature=0, eos_token_ids=[])
+    assert len(out.tokens) == 96 - 7 - len(PROMPT)  # capacity - (max γ + 2) - prompt: room for drafts and bonus

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .kv_cache import is_static
 from .loading import (check_before_weights, check_device, check_model_path, check_vocabularies, load_member,
                       load_tokenizer, resolve_dtype)
 from .member import Member
@@ -69,6 +70,8 @@ class Engine:
         self.tokenizer = tokenizer
         self.device = self.members[0].device  # where r is computed and tokens are drawn
         positions = [m.max_positions for m in members if m.max_positions]
+        slack = max(self.plan.gammas) + 2  # drafts and a bonus may run past the last emitted token
+        positions += [m.capacity - slack for m in members if is_static(getattr(m, "cache", None))]  # fixed buffers
         self.context_window = min(positions) if positions else None
 
     @classmethod
