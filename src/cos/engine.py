@@ -28,7 +28,7 @@ from .sampling import SamplingParams
 from .schedule import Schedule
 from .stats import GenerationStats, MemberUsage, predict_speedup
 from .stopping import Stopper, as_stop_strings
-from .threads import ThreadPolicy
+from .threads import shared_policy
 
 
 @dataclass
@@ -64,7 +64,7 @@ class Engine:
         check_vocabularies(members)
         self.members = list(members)
         self.plan = plan.resolve([m.n_params for m in members])
-        self.threads = ThreadPolicy(threads)
+        self.threads = shared_policy(threads)
         self.schedule = self._make_schedule()
         self.plan.combination.probe(self.members[0].vocab_size, self.members[0].device)  # bad r: fail now
         self.tokenizer = tokenizer

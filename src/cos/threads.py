@@ -104,3 +104,14 @@ class ThreadPolicy:
     def best(self) -> dict[str, int]:
         """Each kind of call's current choice, for logs: {"member/tokens": threads}."""
         return {"/".join(map(str, k)): min(a.seconds, key=a.seconds.get) for k, a in self.arms.items() if a.seconds}
+
+
+_shared: dict[str, ThreadPolicy] = {}
+
+
+def shared_policy(threads: int | str | None) -> ThreadPolicy:
+    """The process's "auto" policy (torch's thread count and the machine's load are the process's, so
+    every engine learns from every other's calls); a fixed count or None needs no sharing."""
+    if threads == "auto":
+        return _shared.setdefault("auto", ThreadPolicy("auto"))
+    return ThreadPolicy(threads)
