@@ -213,7 +213,7 @@ def test_cannot_read_runner_environment_or_files(level: str, monkeypatch: pytest
         here = Path(__file__).resolve()
         result = run_program(f"print(open({str(here)!r}).read()[:20])")
         assert not result.passed and ("FileNotFoundError" in result.detail or "PermissionError" in result.detail), result
-        assert "from __future__" not in result.detail
+        assert here.read_text()[:20] not in result.detail
 
 
 def test_cannot_reach_the_network(level: str) -> None:
