@@ -94,10 +94,9 @@ if DynamicLayer is not None:
             self.keys = self.values = None
 
 
-def _unsupported_reason(config) -> str | None:
-    if DynamicLayer is None:
+def _unsupported_reason(layer_types: list[str] | None) -> str | None:
+    if layer_types is None:
         return "this transformers version has no cache layers (needs >= 5.0)"
-    layer_types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
     other = sorted(set(layer_types) - {"full_attention"})
     if other:
         return f"layer types {other} need their own cache (only full attention is preallocated)"
@@ -113,10 +112,11 @@ def make_cache(config, capacity: int = 256, kind: str = "preallocated"):
     if kind == "static":
         return StaticCache(config=config, max_cache_len=capacity)
     if kind == "preallocated":
-        reason = _unsupported_reason(config)
+        layer_types = None if DynamicLayer is None else \
+            get_layer_types_and_kwargs(config.get_text_config(decoder=True))[0]
+        reason = _unsupported_reason(layer_types)
         if reason is None:
-            n_layers = len(get_layer_types_and_kwargs(config.get_text_config(decoder=True))[0])
-            return Cache(layers=[PreallocatedLayer(capacity) for _ in range(n_layers)])
+            return Cache(layers=[PreallocatedLayer(capacity) for _ in layer_types])
         name = getattr(config, "model_type", "model")
         if name not in _warned:
             _warned.add(name)
@@ -124,7 +124,6 @@ def make_cache(config, capacity: int = 256, kind: str = "preallocated"):
     elif kind != "dynamic":
         raise ValueError(f"unknown cache kind {kind!r}: use one of {', '.join(CACHE_KINDS)}")
     return DynamicCache(config=config)
-
 
 
 def is_preallocated(cache) -> bool:
