@@ -57,7 +57,6 @@ class ThreadPolicy:
             self.candidates = [threads]
         else:
             raise ValueError(f"threads must be 'auto' or an int >= 1 (cores here: {cores}), got {threads!r}")
-        self.setting = threads
         self.arms: dict[tuple, _Arm] = {}
 
     @property
