@@ -128,6 +128,55 @@ def test_thread_policy_auto_follows_the_faster_count_and_notices_a_change():
         torch.set_num_threads(before)
 
 
+class _Flip:
+    """A BusyWatch stand-in that reports a change of load when told to."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def changed(self) -> bool:
+        flipped, self.pending = self.pending, False
+        return flipped
+
+
+def test_thread_policy_returns_to_all_cores_when_the_load_leaves():
+    """A single thread's time barely moves when a competitor leaves, so probes alone would keep the
+    policy on 1 thread for up to LAST_PROBE calls; the machine watch makes it re-measure at once."""
+    before = torch.get_num_threads()
+    watch = _Flip()
+    policy = ThreadPolicy("auto", watch=watch)
+    policy.candidates = [2, 1]
+    run = lambda cost, n: [policy.observe(("m", 1), t, cost[t]) or t for t in
+                           (policy.choose(("m", 1)) for _ in range(n))]
+    try:
+        assert run({2: 3.2, 1: 2.0}, 200)[-50:].count(1) >= 48  # busy a long time: 1 thread, rare probes
+        watch.pending = True  # the competitor leaves
+        assert run({2: 1.0, 1: 1.9}, 10)[2:7] == [2] * 5  # both counts re-measured, then all cores
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_busy_watch_reports_a_competitor_arriving():
+    import subprocess
+    import sys
+    import time
+
+    from cos.machine import BusyWatch
+
+    watch = BusyWatch(interval=0.6)
+    time.sleep(0.7)
+    quiet_first = not watch.changed() and watch.busy is False  # assumes nothing else spins right now
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 2.5: pass"])
+    try:
+        time.sleep(1.0)
+        flipped = watch.changed()
+    finally:
+        spinner.wait()
+    if not quiet_first:
+        pytest.skip("the machine was busy before the competitor started")
+    assert flipped and watch.busy
+
+
 def test_thread_count_does_not_change_logits(models):
     """What makes the auto policy safe: a forward computes the same numbers with 1 or 2 threads."""
     before = torch.get_num_threads()

@@ -13,9 +13,15 @@ import resource
 import time
 from dataclasses import asdict, dataclass
 
-from .threads import available_cores
-
 BUSY_SHARE = 0.25  # other processes using more than this share of our cores: a busy machine
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _cpu_seconds_all() -> float | None:
@@ -71,13 +77,39 @@ class LoadMeter:
     """Measures from its creation to `stop()`, which returns the Load of that interval."""
 
     def __init__(self) -> None:
-        self._t = time.monotonic()
+        self.started = time.monotonic()
         self._all, self._self, self._avg = _cpu_seconds_all(), _cpu_seconds_self(), _loadavg()
 
-    def stop(self) -> Load:
-        wall = time.monotonic() - self._t
+    def others_cores(self) -> float | None:
+        """Mean cores other processes used since the meter started (None: unknown, or under 0.5 s)."""
+        wall = time.monotonic() - self.started
         all_now = _cpu_seconds_all()
-        others = None
-        if self._all is not None and all_now is not None and wall > 0.5:
-            others = max(0.0, (all_now - self._all) - (_cpu_seconds_self() - self._self)) / wall
-        return Load(available_cores(), self._avg, _loadavg(), others)
+        if self._all is None or all_now is None or wall <= 0.5:
+            return None
+        return max(0.0, (all_now - self._all) - (_cpu_seconds_self() - self._self)) / wall
+
+    def stop(self) -> Load:
+        return Load(available_cores(), self._avg, _loadavg(), self.others_cores())
+
+
+class BusyWatch:
+    """Whether other processes keep the machine busy, re-read at most once per `interval` seconds:
+    `changed()` is True on the first reading whose answer differs from the last one (load arrived or
+    left). Costs one read of /proc/stat per interval; where /proc is missing it never reports a change."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self._meter = LoadMeter()
+        self.busy: bool | None = None
+
+    def changed(self) -> bool:
+        if time.monotonic() - self._meter.started < self.interval:
+            return False
+        others = self._meter.others_cores()
+        self._meter = LoadMeter()
+        if others is None:
+            return False
+        busy = others > BUSY_SHARE * available_cores()
+        flipped = self.busy is not None and busy != self.busy
+        self.busy = busy
+        return flipped

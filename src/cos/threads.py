@@ -9,7 +9,10 @@ thread 12% slower (ENVIRONMENT.md). No fixed count is right for every load, so `
 auto: per kind of call (a member's decode forwards; its prefill), it keeps a moving average of the
 seconds a call takes with each candidate count (all cores, and 1), uses the faster, and now and then
 runs one call with the other count to notice a change of load; the interval doubles while the choice
-keeps winning (8 -> 128 calls) and resets when the chosen count's time jumps (load arrived). The thread count never changes
+keeps winning (8 -> 128 calls) and resets when the chosen count's time jumps (load arrived). A single
+thread's time barely moves when load leaves, so the policy also watches the CPU time other processes
+take (machine.BusyWatch, one read of /proc/stat per second): when the machine turns busy or quiet, the
+averages describe another machine and are dropped, so each count is measured afresh on the next calls. The thread count never changes
 what a forward computes (checked bitwise on the packaged Qwen models, 1 vs 2 threads), so the policy
 cannot change any output. An int fixes the count (as torch.set_num_threads); None leaves torch's
 setting alone (members built directly, tests).
@@ -17,22 +20,15 @@ setting alone (members built directly, tests).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 
+from .machine import BusyWatch, available_cores
+
 EWMA = 0.3  # weight of the newest call in each moving average
 FIRST_PROBE, LAST_PROBE = 8, 128  # calls between probes of the other count (doubling while it loses)
 JUMP = 1.5  # a call this much slower than its average means the load changed: probe again soon
-
-
-def available_cores() -> int:
-    """Cores this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass
@@ -47,7 +43,7 @@ class _Arm:
 class ThreadPolicy:
     """`choose(kind)` before a forward sets torch's thread count; `observe(kind, threads, seconds)` after."""
 
-    def __init__(self, threads: int | str | None = "auto") -> None:
+    def __init__(self, threads: int | str | None = "auto", watch: BusyWatch | None = None) -> None:
         cores = available_cores()
         if threads is None:
             self.candidates = []
@@ -58,6 +54,7 @@ class ThreadPolicy:
         else:
             raise ValueError(f"threads must be 'auto' or an int >= 1 (cores here: {cores}), got {threads!r}")
         self.arms: dict[tuple, _Arm] = {}
+        self.watch = watch or BusyWatch()
 
     @property
     def adaptive(self) -> bool:
@@ -74,6 +71,8 @@ class ThreadPolicy:
     def _pick(self, kind: tuple) -> int:
         if not self.adaptive:
             return self.candidates[0]
+        if self.watch.changed():  # load arrived or left: the averages describe another machine
+            self.arms.clear()  # every count is measured afresh on its next calls
         arm = self.arms.setdefault(kind, _Arm())
         untried = [t for t in self.candidates if t not in arm.seconds]
         if untried:
