@@ -20,7 +20,9 @@ from cos.acceptance import NO_TOKEN
 from cos.member import Member
 from cos.methods import mixture as mixture_loop
 from cos.mixture import Coins, plan_block, predicted_speedup, round_expectation
+from cos.mixture import rate as mixture_rate
 from cos.sampling import sample
+from cos.schedule import CallCosts, Schedule
 from table_member import TableMember
 from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
 
@@ -187,6 +189,17 @@ def test_cost_model_predictions():
     assert predicted_speedup([0.5, 0.5], 0, 0.7, t, 16) == pytest.approx(2.18, abs=0.01)  # best m: 1
     assert predicted_speedup([0.5, 0.5], 0, 0.7, [1.0, 1.0], 5) == pytest.approx(2.0)  # c = 1: ME's 2x
     assert predicted_speedup([0.5, 0.5], 0, 0.3, t, 5) == pytest.approx(2.0)  # low β: the best policy is ME
+
+
+def test_adaptive_schedule_drafts_what_the_cost_model_prefers():
+    """Once its probes ran, the schedule picks m by the loop's rate: one foreign position per pass at
+    β = 0.7, c = 0.39 (the worked example); ME (m = 0) at c = 1, where a verify pass costs a full step."""
+    for t, expected in (([0.39, 1.0], 1), ([1.0, 1.0], 0)):
+        schedule = Schedule("adaptive", 5, 1)
+        schedule.rounds, schedule.last_run = 1, {5: 1, 0: 1, 1: 1}  # the first probes are done
+        schedule.observe(1000, 700)
+        rate = lambda m, beta: mixture_rate([0.5, 0.5], 0, m, 5, beta, lambda i, n: t[i])
+        assert schedule.length(CallCosts(), [CallCosts()], True, rate) == expected
 
 
 # ----------------------------------------------------------------- outside the exact domain
