@@ -54,7 +54,7 @@ def one_thread():
 
 def test_every_method_file_is_shipped():
     assert {"large_model", "sd", "we", "cd", "we_sd", "cd_sd", "we_chef", "cd_chef", "we3_chef", "custom",
-            "custom_chef"} <= set(METHOD_FILES)
+            "custom_chef", "we_mix", "we_mix_sd"} <= set(METHOD_FILES)
 
 
 def test_default_yaml_documents_exactly_the_schema():
@@ -110,9 +110,10 @@ def test_every_method_file_runs(method_file, model_root, tmp_path, monkeypatch):
             {"id": "b", "prompt": "The capital of France is", "answer": "Paris"}]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     same = method_file in ("sd", "we_sd")  # identical members: every draft accepted, multi-token rounds
+    mixture = method_file in ("we_mix", "we_mix_sd")  # sampling only: T = 1, no token-for-token check
     cfg = composed([f"method={method_file}", *members_for(method_file, same=same), "dataset.name=jsonl",
                     f"dataset.path={data}", "dataset.size=full", "+dataset.options.reference_field=answer",
-                    "+dataset.options.metric=contains", "method.generate.temperature=0",
+                    "+dataset.options.metric=contains", f"method.generate.temperature={int(mixture)}",
                     "method.generate.max_tokens=8", "warmup=0", "progress=false", "dtype=float32",
                     "compare_with=standard"])
     out = tmp_path / "out"
@@ -121,6 +122,8 @@ def test_every_method_file_runs(method_file, model_root, tmp_path, monkeypatch):
     assert summary["complete"] and summary["prompts"] == 2 and "contains" in summary["quality"]
     if method_file in ("large_model", "we", "cd", "custom"):  # standard: compare_with=standard is a no-op
         assert summary["compare_with"] is None
+    elif mixture:  # the standard counterpart ran beside it on the same prompts: a measured speedup
+        assert summary["compare_with"]["method"] == "we" and summary["measured_speedup"] is not None
     else:
         c = summary["compare_with"]
         assert c["greedy_compared"] == 2 and c["identical"] == 2, c["differences"]

@@ -18,7 +18,7 @@ import yaml
 from cos.report import runs as runs_module
 from cos.report.cells import expand
 from cos.report.grid import load_grid
-from cos.report.tables import speedup_table
+from cos.report.tables import ablation_table, speedup_table
 from cos.runner import build as build_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +207,7 @@ def test_bad_grid_is_one_line_before_anything_loads(change, message, tmp_path, m
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name, cells", [("cpu-small", 15), ("paper", 176)])
+@pytest.mark.parametrize("name, cells", [("cpu-small", 15), ("paper", 220)])
 def test_dry_run_of_the_shipped_grids_loads_nothing(name, cells, tmp_path, monkeypatch, capsys):
     forbid_work(monkeypatch)
     out = tmp_path / "report"
@@ -228,3 +228,25 @@ def test_best_gamma_per_cell_and_the_paper_row(tmp_path):
     assert [(r["method"], r["cells"]["humaneval"]["gamma"], r["cells"]["humaneval"]["measured_speedup"])
             for r in rows] == [("cd_sd", 5, 1.3), ("cd_chef", 1, 1.6)]
     assert rows[1]["cells"]["mini"] is None and rows[1]["paper"] == {"humaneval": 2.23}
+
+
+def test_mixture_methods_are_we_rows_with_one_me_cell(tmp_path):
+    """we_mix drafts nothing: one cell per setting whatever the γs; we_mix_sd one per γ; the Naive-CoS vs
+    CoS ablation keeps its row beside them; a WE temperature of 0 is refused for them before anything runs."""
+    pairs = {"tiny-we": {"model": "tiny-expert", "other": "tiny-amateur",
+                         "methods": ["we_sd", "we_chef", "we_mix", "we_mix_sd"]}}
+    grid = load_grid(write(tmp_path / "g.yaml", tiny_grid(tmp_path, pairs=pairs, gammas=[1, 5], sweeps={})),
+                     ROOT / "configs")
+    cells = [c for c in expand(grid, ROOT / "configs") if c.dataset == "humaneval"]
+    assert sorted(c.id.split("/")[-1] for c in cells) == [
+        "we_chef_T1_g1_lam0.5", "we_chef_T1_g5_lam0.5", "we_mix_T1_g1_lam0.5", "we_mix_sd_T1_g1_lam0.5",
+        "we_mix_sd_T1_g5_lam0.5", "we_sd_T1_g1_lam0.5", "we_sd_T1_g5_lam0.5"]
+    results = [{"id": c.id, "pair": c.pair, "dataset": c.dataset, "method": c.method, "temperature": c.temperature,
+                "gamma": c.gamma, "main": c.main, "measured_speedup": 1.5, "acceptance_rate": 0.5,
+                "predicted_speedup": 1.0} for c in cells]
+    assert [r["role"] for r in speedup_table(results, grid, "we")] == ["naive", "cos", "mix", "mix_sd"]
+    assert ablation_table(results, grid, "we")[0]["cells"]["humaneval"]["cos"] == 1.5
+    greedy = load_grid(write(tmp_path / "t0.yaml", tiny_grid(tmp_path, pairs=pairs, sweeps={},
+                                                              temperatures={"we": [0]})), ROOT / "configs")
+    with pytest.raises(ValueError, match="we_mix_T0.*exact under sampling only.*use we_chef"):
+        expand(greedy, ROOT / "configs")

@@ -44,10 +44,11 @@ def exact_distribution(combination_members, combination, params) -> dict[tuple, 
     return out
 
 
-def l1_distance(engine: Engine, exact: dict[tuple, float], temperature: float) -> float:
+def l1_distance(engine: Engine, exact: dict[tuple, float], temperature: float, **options) -> float:
+    """options: more sampling options (top_k, top_p), as `exact` was computed with."""
     counts = Counter(
         tuple(engine.generate(PROMPT, max_new_tokens=N_TOKENS, temperature=temperature, seed=s,
-                              eos_token_ids=[]).tokens)
+                              eos_token_ids=[], **options).tokens)
         for s in range(N_SAMPLES)
     )
     return sum(abs(counts[x] / N_SAMPLES - p) for x, p in exact.items())

@@ -19,10 +19,11 @@ from .loading import (check_before_weights, check_device, check_model_path, chec
                       load_tokenizer, resolve_dtype)
 from .member import Member
 from .methods.alternate import AlternateLoop
+from .methods.mixture import MixtureLoop
 from .methods.speculative import SpeculativeLoop
 from .methods.standard import standard_round
 from .methods.state import DecodeState
-from .plan import LOOPS, Plan, make_plan
+from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, make_plan
 from .presets import make_combination
 from .sampling import SamplingParams
 from .schedule import Schedule
@@ -93,7 +94,7 @@ class Engine:
         """
         if isinstance(paths, str):
             raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
-        if LOOPS.get(method, "standard") != "standard":
+        if LOOPS.get(method, "standard") not in DRAFTLESS:
             method_kwargs.setdefault("schedule", "adaptive")
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
         paths = [check_model_path(p) for p in paths]
@@ -139,6 +140,7 @@ class Engine:
                       eos_token_ids: Sequence[int] | None = None) -> Iterator[list[int]]:
         """Yield the tokens committed by each round."""
         params = SamplingParams(temperature, top_k, top_p)
+        self.plan.check_sampling(params)  # the mixture methods: sampling only, before any model work
         prompt_ids = self._encode(prompt)
         max_new_tokens = self._fit_context(prompt_ids, max_new_tokens)
         decode = (lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)) if self.tokenizer else None
@@ -156,7 +158,7 @@ class Engine:
     def _make_schedule(self) -> Schedule | None:
         """The draft-length schedule, kept across requests (costs and probes carry over)."""
         plan = self.plan
-        if plan.loop == "standard":
+        if plan.loop in DRAFTLESS:
             return None
         bonus = 0 if plan.loop == "naive" and plan.bonus == "none" else 1
         return Schedule(plan.schedule or "fixed", plan.gammas[plan.proposer], bonus)
@@ -172,11 +174,17 @@ class Engine:
         draft_model = self.members[1] if plan.loop == "sd" else None
         stats = GenerationStats(method=plan.method, gamma=plan.gammas, proposer=plan.proposer,
                                 bonus=plan.bonus if plan.loop == "naive" else "", draft_threshold=plan.draft_threshold,
-                                schedule=self.schedule.kind if self.schedule else "")
+                                schedule=self.schedule.kind if self.schedule else "",
+                                weights=list(plan.combination.weights) if plan.loop in MIXTURES else [])
         st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
         if plan.loop == "standard":
             return st, lambda: standard_round(st)
+        if plan.loop == "mix":  # ME: one position per round, nothing foreign ever drafted
+            return st, MixtureLoop(st, plan.combination.weights, plan.proposer, 1, None).round
         self.schedule.start()
+        if plan.loop == "mix_sd":
+            gamma = plan.gammas[plan.proposer]
+            return st, MixtureLoop(st, plan.combination.weights, plan.proposer, gamma, self.schedule).round
         if plan.loop == "cos":
             return st, AlternateLoop(st, plan.gammas, plan.proposer, self.schedule, plan.draft_threshold).round
         proposer = None if plan.loop == "sd" else plan.proposer

@@ -7,10 +7,16 @@
 | we, cd, custom | standard | all members | - |
 | we_sd, cd_sd, custom_sd | naive | all members | fixed, default the smallest member |
 | we_chef, cd_chef, custom_chef | cos | all members | alternating; default = largest γ |
+| we_mix (ME) | mix | a weighted ensemble, sampled | none: one member runs per position |
+| we_mix_sd | mix_sd | a weighted ensemble, sampled | fixed, default the smallest member |
 
 gamma: an int, or a list with one entry per member in config order. For `cos`, an int γ means the
 paper's setting: the default proposer drafts γ, every other member 1 (never "γ for everyone", which
 made the LARGE model the default proposer in the reference code).
+
+The mixture methods (cos/mixture.py) are exact only where r = Σ w_i p_i is a mixture of the members'
+own sampling distributions: a weighted ensemble (probs space, processing per member) under sampling.
+Anything else is refused before any model work, naming the method that applies.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .combination import Combination, Single
+from .combination import Combination, Contrastive, Single, WeightedEnsemble
+from .sampling import SamplingParams
 from .schedule import SCHEDULES
 
 LOOPS = {
@@ -33,8 +40,12 @@ LOOPS = {
     "we_chef": "cos",
     "cd_chef": "cos",
     "custom_chef": "cos",
+    "we_mix": "mix",
+    "we_mix_sd": "mix_sd",
 }
 BONUS_MODES = ("none", "exact")
+DRAFTLESS = ("standard", "mix")  # loops that draft nothing: no γ, schedule, threshold or proposer to set
+MIXTURES = ("mix", "mix_sd")  # loops that sample r as a mixture (exact for a sampled weighted ensemble only)
 
 
 def ignored_bonus(method: str, bonus: str) -> str | None:
@@ -43,7 +54,8 @@ def ignored_bonus(method: str, bonus: str) -> str | None:
     if bonus == "none" or loop in (None, "naive"):
         return None
     why = {"cos": "CoS keeps the verifier's own bonus token as a pending proposal (ALGORITHM.md §4.2)",
-           "sd": "sd always draws its bonus token from the target", "standard": "nothing is drafted"}[loop]
+           "sd": "sd always draws its bonus token from the target", "standard": "nothing is drafted",
+           "mix": "nothing is drafted", "mix_sd": "its bonus comes from a verifier that owns the next position"}[loop]
     return (f"method {method} would ignore bonus={bonus!r}: it applies to Naive-CoS (we_sd, cd_sd, custom_sd) "
             f"only; {why}")
 
@@ -84,16 +96,24 @@ class Plan:
                 or not 0 <= self.draft_threshold < 1:
             raise ValueError(f"draft_threshold must be a probability in [0, 1) (0 = always draft γ), "
                              f"got {self.draft_threshold!r}")
-        if self.draft_threshold and self.loop == "standard":
+        if self.draft_threshold and self.loop in DRAFTLESS:
             raise ValueError(f"method {self.method} drafts nothing: draft_threshold applies to sd, *_sd and *_chef")
+        if self.draft_threshold and self.loop == "mix_sd":
+            raise ValueError(f"method {self.method}: its blocks are fixed by the coins alone, so draft_threshold does "
+                             f"not apply; unset it (0), or use we_sd / we_chef")
         if ignored_bonus(self.method, self.bonus):
             raise ValueError(ignored_bonus(self.method, self.bonus))
         if self.schedule is not None and self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}: use one of {', '.join(SCHEDULES)}")
-        if self.schedule is not None and self.loop == "standard":
+        if self.schedule is not None and self.loop in DRAFTLESS:
             raise ValueError(f"method {self.method} drafts nothing: schedule applies to sd, *_sd and *_chef")
-        if self.loop == "standard" and self.proposer is not None:
+        if self.loop in DRAFTLESS and self.proposer is not None:
             raise ValueError(f"method {self.method} drafts nothing: proposer applies to *_sd and *_chef")
+        if self.loop in MIXTURES and not isinstance(self.combination, WeightedEnsemble):
+            applies = "cd_chef" if isinstance(self.combination, Contrastive) else "custom_chef"
+            raise ValueError(f"method {self.method} samples r as a mixture, exact only for a weighted ensemble in "
+                             f"probs space (r = Σ w_i p_i, temperature / top-k / top-p applied per member); "
+                             f"{self.combination.describe()} is not one: use {applies}, which verifies against any r")
         if self.loop == "sd" and self.proposer not in (None, 1):
             raise ValueError("method sd: the proposer is the draft model (member 1)")
 
@@ -103,16 +123,25 @@ class Plan:
             self.proposer = 1
         elif self.loop == "cos" and not isinstance(self.gamma, int) and self.proposer is None:
             self.proposer = max(range(self.n_members), key=lambda i: (self.gamma[i], -i))
-        elif self.loop in ("naive", "cos") and self.proposer is None:
+        elif self.loop in ("naive", "cos", *MIXTURES) and self.proposer is None:
             self.proposer = min(range(self.n_members), key=lambda i: (member_sizes[i], i))
         return self
 
     @property
     def gammas(self) -> list[int]:
         """γ per member, config order (int γ: the proposer's; others 1)."""
+        if self.loop == "mix":  # ME: one position per round
+            return [1] * self.n_members
         if not isinstance(self.gamma, int):
             return list(self.gamma)
         return [self.gamma if i == self.proposer else 1 for i in range(self.n_members)]
+
+    def check_sampling(self, params: SamplingParams) -> None:
+        """The mixture methods sample: greedy decoding (argmax r) is outside their exact domain."""
+        if self.loop in MIXTURES and params.greedy:
+            raise ValueError(f"method {self.method} samples r as a mixture, one member per position: exact under "
+                             f"sampling only, and greedy decoding (temperature 0) takes argmax r, which no single "
+                             f"member gives: use we_chef (exact for greedy decoding too), or a temperature > 0")
 
 
 def make_plan(

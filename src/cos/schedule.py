@@ -17,6 +17,9 @@ on the round's own draws, and every length verifies its drafts against r the sam
 output keeps the distribution of r (greedy: the same tokens; tested). Timings differ between runs,
 so under sampling a seed fixes the distribution, not the draw: use `fixed` for seed-reproducible text.
 
+A loop with another model of a round passes its own `rate(k, α)` (we_mix_sd: k = foreign positions
+drafted per round, α = the rate at which they are accepted; cos/mixture.py); probing is the same.
+
 Every candidate is measured from time to time (each PROBE_EVERY-th round runs the one measured
 longest ago), so a choice made under one load is revisited when the load changes.
 """
@@ -27,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 SCHEDULES = ("fixed", "adaptive")
+Rate = Callable[[int, float], "float | None"]  # (k, α) -> expected tokens per second
 EWMA = 0.3
 PRIOR_DRAFTS = 4.0
 PROBE_EVERY = 16
@@ -59,18 +63,24 @@ def expected_tokens(alpha: float, k: int, bonus: int) -> float:
     return float(n) if alpha >= 1.0 else (1 - alpha**n) / (1 - alpha)
 
 
+def fastest(gamma: int, rate: Callable[[int], float]) -> int:
+    """argmax over k in 0..γ of rate(k), expected tokens per second; ties keep the shorter."""
+    best, best_rate = 0, rate(0)
+    for k in range(1, gamma + 1):
+        value = rate(k)
+        if value > best_rate:
+            best, best_rate = k, value
+    return best
+
+
 def best_length(alpha: float, gamma: int, bonus: int, draft_step: float, verify: Callable[[int], float],
                 standard: float) -> int:
     """argmax over k in 0..γ of tokens per second (0 = a standard round); ties keep the shorter.
 
     draft_step: t_p(1); verify(n): Σ_v t_v(n); standard: Σ_m t_m(1).
     """
-    best, best_rate = 0, 1.0 / standard
-    for k in range(1, gamma + 1):
-        rate = expected_tokens(alpha, k, bonus) / (k * draft_step + verify(k + 1))
-        if rate > best_rate:
-            best, best_rate = k, rate
-    return best
+    return fastest(gamma, lambda k: 1.0 / standard if k == 0 else
+                   expected_tokens(alpha, k, bonus) / (k * draft_step + verify(k + 1)))
 
 
 class Schedule:
@@ -98,21 +108,28 @@ class Schedule:
     def alpha(self) -> float:
         return (self.accepted + PRIOR_DRAFTS * self.prior) / (self.drafted + PRIOR_DRAFTS)
 
-    def length(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool) -> int:
+    def length(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,
+               rate: Rate | None = None) -> int:
         """Drafts for the next round (0 = a standard round). proposer_in_r: the proposer is a member of
-        the combination (a standard round runs it too), not a draft model beside it (sd)."""
-        k = self.gamma if self.kind == "fixed" else self._adaptive(proposer, verifiers, proposer_in_r)
+        the combination (a standard round runs it too), not a draft model beside it (sd).
+        rate(k, α): a loop's own expected tokens per second for k (None while unmeasured), in place of
+        the draft-length model above (we_mix_sd: k = foreign positions drafted, cos/mixture.py)."""
+        k = self.gamma if self.kind == "fixed" else self._adaptive(proposer, verifiers, proposer_in_r, rate)
         self.rounds += 1
         self.last_run[k] = self.rounds
         self.chosen[k] = self.chosen.get(k, 0) + 1
         return k
 
-    def _adaptive(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool) -> int:
+    def _adaptive(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,
+                  rate: Rate | None = None) -> int:
         if self.rounds % PROBE_EVERY == PROBE_EVERY - 1:  # revisit the choice measured longest ago
             return min(range(self.gamma + 1), key=lambda k: self.last_run.get(k, 0))
         for k in (self.gamma, 0, 1):  # first measure the plan, a standard round and the shortest draft
             if k not in self.last_run:
                 return k
+        if rate is not None:
+            rates = [rate(k, self.alpha) for k in range(self.gamma + 1)]
+            return self.gamma if None in rates else fastest(self.gamma, rates.__getitem__)
         step = proposer(1)
         if step is None or any(v(1) is None for v in verifiers):
             return self.gamma

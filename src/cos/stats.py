@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from . import mixture
+from .plan import MIXTURES
+
 
 @dataclass
 class MemberUsage:
@@ -40,6 +43,7 @@ class GenerationStats:
     draft_lengths: dict[int, int] = field(default_factory=dict)  # draft length chosen -> rounds
     threads: dict[str, int] = field(default_factory=dict)  # CPU threads chosen per kind of call (threads.py)
     members: list[MemberUsage] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)  # the mixture's w (we_mix, we_mix_sd), config order
     predicted_speedup: float | None = None
 
     @property
@@ -83,11 +87,17 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
     (Thm 3.1 for n = 2), with the bonus round of Leviathan when `bonus == "exact"`. cos, n = 2:
     (1-α^γq)(1+c) / ((1-α)(1+cγq - α^γp c)) (Thm 3.6). Otherwise None: no closed form is claimed
     (n >= 3 members under cos, drafts cut by a confidence threshold, or an adaptive schedule that
-    chose other lengths than γ: γ is then not fixed).
+    chose other lengths than γ: γ is then not fixed). mix, mix_sd: cos/mixture.py's cost model (ME:
+    Σ t_i / Σ w_i t_i; the hybrid: m = γ foreign positions per round under `fixed`, else the best m).
     """
     alpha = stats.acceptance_rate
     if loop == "standard":
         return 1.0
+    if loop in MIXTURES:
+        t = [m.seconds_per_call for m in stats.members]
+        gamma = stats.gamma[stats.proposer] if loop == "mix_sd" else 1
+        m = 0 if loop == "mix" else gamma if stats.schedule == "fixed" else None
+        return mixture.predicted_speedup(stats.weights, stats.proposer, alpha or 0.0, t, gamma, m)
     varied = any(k != stats.gamma[stats.proposer] for k in stats.draft_lengths) if stats.proposer is not None else False
     if stats.draft_threshold > 0 or varied or alpha is None or stats.proposer is None \
             or any(m.seconds_per_call <= 0 for m in stats.members):

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..plan import DRAFTLESS, LOOPS
 from ..runner.config import ALL_MEMBER_KEYS, MEMBER_KEYS, family, run_config
 from .grid import Grid, Pair
 
@@ -65,7 +66,7 @@ def expand(grid: Grid, config_dir: Path) -> list[Cell]:
         for dataset in grid.datasets:
             for method in pair.methods:
                 for t in grid.temperatures[family(method)]:
-                    for gamma in pair.gammas:
+                    for gamma in [1] if LOOPS[method] in DRAFTLESS else pair.gammas:  # ME drafts nothing: one cell
                         add(cell(pair, dataset, method, t, gamma))
     for sweep in grid.sweeps:
         for name in sweep.pairs:

@@ -20,7 +20,8 @@ from ..datasets import REGISTRY
 from ..runner.config import family
 from .paper import paper_pairs
 
-METHODS = ("we_sd", "we_chef", "cd_sd", "cd_chef")  # accelerated; each cell's baseline is its standard method
+METHODS = ("we_sd", "we_chef", "cd_sd", "cd_chef", "we_mix", "we_mix_sd")  # accelerated; each cell's baseline is
+# its standard method (we_mix, we_mix_sd: sampling only, so a grid runs them at its WE temperatures > 0)
 FAMILIES = ("we", "cd")
 SWEEP_FAMILY = {"lambda": "we", "alpha": "cd", "gamma": None}  # swept parameter -> the family it applies to
 KEYS = {

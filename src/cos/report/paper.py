@@ -9,8 +9,9 @@ The NPU tables (9, 10) are left out: other hardware. The figures are kept as the
 from __future__ import annotations
 
 DATASETS = ("humaneval", "gsm8k", "mmlu", "cnndm")
-ROLES = {"we_sd": "naive", "cd_sd": "naive", "we_chef": "cos", "cd_chef": "cos"}
-ROLE_NAMES = {"parallel": "-P (parallel)", "naive": "SD (Naive-CoS)", "cos": "CoS", "standard": "standard"}
+ROLES = {"we_sd": "naive", "cd_sd": "naive", "we_chef": "cos", "cd_chef": "cos", "we_mix": "mix", "we_mix_sd": "mix_sd"}
+ROLE_NAMES = {"parallel": "-P (parallel)", "naive": "SD (Naive-CoS)", "cos": "CoS", "standard": "standard",
+              "mix": "ME (mixture)", "mix_sd": "coin-first hybrid"}  # mix*: not in the CoS paper (no published row)
 
 
 def _row(text: str, datasets: tuple[str, ...] = DATASETS) -> dict[str, float]:

@@ -82,9 +82,10 @@ def tokens_table(results: list[dict], grid: Grid, fam: str) -> list[dict]:
 def ablation_table(results: list[dict], grid: Grid, fam: str) -> list[dict]:
     rows = []
     for pair, t, methods, paper in _rows(grid, fam):
-        if {ROLES[m] for m in methods} != {"naive", "cos"}:
+        by_role = {ROLES[m]: m for m in methods}
+        if not {"naive", "cos"} <= set(by_role):
             continue
-        naive, cos = sorted(methods, key=lambda m: ROLES[m] == "cos")
+        naive, cos = by_role["naive"], by_role["cos"]
         cells = {}
         for d in grid.datasets:
             best = _best(results, pair.name, d, cos, t)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..engine import plan_from_kwargs
-from ..plan import LOOPS, Plan, ignored_bonus
+from ..plan import DRAFTLESS, LOOPS, Plan, ignored_bonus
 from ..sampling import SamplingParams
 from .schema import check_keys
 
@@ -129,11 +129,11 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
     if m.get("draft_threshold") is not None:
         kw["draft_threshold"] = m["draft_threshold"]  # checked by the plan (a probability in [0, 1))
     kw["schedule"] = m.get("schedule") or "adaptive"  # checked by the plan (fixed | adaptive)
-    if loop == "standard":  # nothing is drafted: a speculative method's gamma, threshold, schedule do not apply
+    if loop in DRAFTLESS:  # nothing is drafted: a speculative method's gamma, threshold, schedule do not apply
         kw["gamma"] = 1
         kw.pop("draft_threshold", None)
         kw.pop("schedule")
-    if loop in ("naive", "cos") and m.get("proposer") is not None:
+    if loop in ("naive", "cos", "mix_sd") and m.get("proposer") is not None:
         kw["proposer"] = _int("method.proposer", m["proposer"], 0)
     combination = m.get("combination")
     if family(name) in ("large_model", "sd"):
@@ -181,7 +181,7 @@ def _per_member(key: str, value, n: int) -> list:
 def refuse_ignored(m: Mapping) -> None:
     """Settings the method in `m` would ignore are errors (its baseline inherits them unused)."""
     name, loop = m.get("name"), LOOPS.get(m.get("name"))
-    if loop == "standard" and m.get("draft_threshold") is not None:
+    if loop in DRAFTLESS and m.get("draft_threshold") is not None:
         raise ValueError(f"method {name} drafts nothing, so it would ignore method.draft_threshold: it applies to "
                          f"sd, *_sd and *_chef; unset it (method.draft_threshold=null)")
     if ignored_bonus(name, m.get("bonus", "none")):
@@ -214,8 +214,12 @@ def run_config(cfg: Mapping) -> RunConfig:
     check_keys(cfg)
     refuse_ignored(cfg["method"])
     spec = method_spec(cfg["method"])
-    spec.plan()  # method, gamma, weights, combination: all validated here, nothing loaded
+    plan = spec.plan()  # method, gamma, weights, combination: all validated here, nothing loaded
     generate = GenerateSpec(**cfg["method"].get("generate", {}))
+    try:  # the mixture methods sample: greedy is refused here, not at the first prompt
+        plan.check_sampling(SamplingParams(float(generate.temperature), generate.top_k, float(generate.top_p)))
+    except ValueError as e:
+        raise ValueError(f"{e} (method.generate.temperature)") from None
     baseline = baseline_spec(cfg["method"], cfg["compare_with"]) if cfg.get("compare_with") else None
     if baseline is not None:
         baseline.plan()

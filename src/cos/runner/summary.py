@@ -25,7 +25,7 @@ def record_stats(generation, seconds_e2e: float) -> dict:
         "mean_acceptance_length": s["mean_acceptance_length"], "cost_ratio": s["cost_ratio"],
         "predicted_speedup": s["predicted_speedup"], "stop_reason": s["stop_reason"],
         "gamma": s["gamma"], "proposer": s["proposer"], "bonus": s["bonus"], "draft_threshold": s["draft_threshold"],
-        "members": s["members"],
+        "schedule": s["schedule"], "weights": s["weights"], "members": s["members"],
     }
 
 
@@ -42,7 +42,8 @@ def total_stats(records: list[dict], method: str) -> GenerationStats:
                            wall_seconds=sum(r["time"] for r in records), rounds=sum(r["rounds"] for r in records),
                            drafted=sum(r["drafted"] for r in records), accepted=sum(r["accepted"] for r in records),
                            gamma=first["gamma"], proposer=first["proposer"], bonus=first["bonus"],
-                           draft_threshold=first.get("draft_threshold", 0.0), members=members)
+                           draft_threshold=first.get("draft_threshold", 0.0), schedule=first.get("schedule", ""),
+                           weights=first.get("weights", []), members=members)
 
 
 def summarize(records: list[dict], *, method: str, quality: dict, selected: int, info: dict) -> dict:

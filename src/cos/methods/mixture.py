@@ -1,0 +1,105 @@
+"""`we_mix` (ME, the mixture step) and `we_mix_sd` (the coin-first hybrid): a weighted ensemble in probs
+space sampled as the mixture it is (cos/mixture.py; proof sketch: docs/mixture_sampling.md).
+
+Every position's component z_t ~ w is drawn ahead from the coins' own generator. One round:
+  1. how many foreign positions to draft, m (the schedule: γ, or the best m for the measured β and
+     costs; `we_mix`: always 0), and the block the coins then fix;
+  2. the proposer drafts the block; its own positions are accepted outright;
+  3. each member owning a drafted foreign position scores the block in one pass (catching up on all
+     it skipped); the foreign positions are verified against their owners' p: min(1, p_k / p_s), at
+     the first rejection a residual from norm(max(0, p_k - p_s)) ends the block;
+  4. a fully accepted block emits its closing position: the bonus from a verifier that owns it, else
+     its owner runs (the proposer drafts one more; another member catches up in one forward and
+     samples from its own p: the ME step);
+  5. commit, roll back what was rejected, count, spend the coins of the emitted positions.
+A block with no foreign position needs no verify pass; a member nobody needs does not run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..acceptance import NO_TOKEN, verify_block
+from ..mixture import Coins, plan_block, rate
+from ..proposer import MemberProposer
+from ..sampling import sample, to_probs
+from ..schedule import Schedule
+from .state import DecodeState
+
+COIN_STREAM = 0x5EED  # the coins' generator: seeded from the request's seed, apart from the token draws
+
+
+class MixtureLoop:
+    def __init__(self, st: DecodeState, weights: tuple[float, ...], proposer: int, gamma: int,
+                 schedule: Schedule | None) -> None:
+        """gamma: the most positions the proposer drafts in a round. schedule: the foreign positions
+        drafted per round (m in 0..γ); None: m = 0 always (ME: no foreign position is ever drafted)."""
+        assert not st.params.greedy and st.generator is not None, "a mixture is sampled (plan.check_sampling)"
+        self.st = st
+        self.weights = weights
+        self.s = proposer
+        self.gamma = gamma
+        self.schedule = schedule
+        self.coins = Coins(weights, st.generator.initial_seed() ^ COIN_STREAM)
+        self.drafter = MemberProposer(st.members[proposer], st.params, st.generator)
+
+    def _foreign_to_draft(self) -> int:
+        if self.schedule is None:
+            return 0
+        members = self.st.members
+        others = [m.costs for i, m in enumerate(members) if i != self.s]
+        return self.schedule.length(members[self.s].costs, others, True, self._rate)
+
+    def _rate(self, m: int, beta: float) -> float | None:
+        """Expected tokens per second of a round drafting m foreign positions (cos/mixture.py's cost model
+        with the members' measured seconds per forward); None while a cost is not measured."""
+        members = self.st.members
+        return rate(self.weights, self.s, m, self.gamma, beta, lambda i, n: members[i].costs(n))
+
+    def _own_step(self, member: int, seq: torch.Tensor) -> torch.Tensor:
+        """The ME step: a member catches up on everything it skipped in one forward, samples from its p."""
+        logits = self.st.members[member].score(seq, 1)  # [1, V]
+        return sample(to_probs(logits.to(self.st.device), self.st.params), self.st.generator)  # [1]
+
+    def round(self) -> list[int]:
+        st = self.st
+        start, budget = st.seq.shape[0], st.stopper.max_new_tokens - len(st.stopper.tokens)
+        cap = min(self.gamma, budget)
+        # 1. the coins of the positions ahead fix the block; m from the past alone
+        z = self.coins.ahead(cap + 1)
+        block = plan_block(z, self.s, self._foreign_to_draft(), cap)
+        closes = block.drafted < budget  # the closing position is still within max_new_tokens
+        # 2. the proposer drafts the block (its own positions are final unless a foreign one is rejected)
+        tokens = st.seq.new_empty(0)
+        if block.drafted:
+            draft = self.drafter.propose(st.seq, block.drafted)
+            tokens = draft.tokens
+        seq = torch.cat([st.seq, tokens])
+        n_keep, nxt = block.drafted, NO_TOKEN
+        if block.foreign:
+            # 3. each owner of a foreign position scores the block in one pass (+ the closing position)
+            probs = {k: to_probs(st.members[k].score(seq, block.drafted + 1).to(st.device), st.params)
+                     for k in sorted(block.verifiers)}  # k -> [d+1, V]
+            rows = torch.tensor(block.foreign, device=st.device)
+            target = torch.stack([probs[z[j]][j] for j in block.foreign])  # [f, V]: p_{z_j} at position j
+            if closes and block.closing in block.verifiers:  # the bonus row
+                target = torch.cat([target, probs[block.closing][-1:]])
+            n_acc, nxt = verify_block(tokens[rows], draft.q[rows], target, False, st.generator)
+            n_acc, nxt = torch.stack([n_acc, nxt]).tolist()
+            st.stats.rounds += 1
+            st.stats.drafted += len(block.foreign)
+            st.stats.accepted += n_acc
+            if self.schedule is not None:
+                self.schedule.observe(len(block.foreign), n_acc)
+            if n_acc < len(block.foreign):  # the residual ends the round at the rejected position
+                n_keep = block.foreign[n_acc]
+        emitted = tokens[:n_keep].tolist() + ([nxt] if nxt != NO_TOKEN else [])
+        # 4. a fully accepted block with no bonus: the closing position's owner runs
+        if n_keep == block.drafted and nxt == NO_TOKEN and closes:
+            if block.closing == self.s:
+                emitted += self.drafter.propose(seq, 1).tokens.tolist()
+            else:
+                emitted += self._own_step(block.closing, seq).tolist()
+        # 5. commit (members keep what was fed before the first rejected position), spend the coins
+        self.coins.consume(len(emitted))
+        return st.commit(emitted, keep_cached=start + n_keep)

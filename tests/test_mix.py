@@ -1,0 +1,254 @@
+"""we_mix (ME) and we_mix_sd (the coin-first hybrid): exact by Monte Carlo, deterministic where they
+should be, the cost model against brute force, and refused outside their exact domain.
+
+Monte Carlo: test_sampling_exact's helpers and bound (first 3 tokens over a 4-token vocabulary, 8,000
+generations, false-failure probability <= 1e-6 per test); the negative control (foreign positions
+accepted outright) must exceed the same bound. A few cases run by default, the full grid is `slow`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from conftest import force_every_length, members
+from cos import Custom, Engine, SamplingParams, make_combination, make_plan
+from cos.acceptance import NO_TOKEN
+from cos.member import Member
+from cos.methods import mixture as mixture_loop
+from cos.mixture import Coins, plan_block, predicted_speedup, round_expectation
+from cos.mixture import rate as mixture_rate
+from cos.sampling import sample
+from cos.schedule import CallCosts, Schedule
+from table_member import TableMember
+from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
+
+PROMPT = [3, 17, 42, 8, 23]
+WEIGHTS = {(2, "even"): [0.5, 0.5], (2, "skewed"): [0.3, 0.7], (3, "even"): [1 / 3, 1 / 3, 1 / 3],
+           (3, "skewed"): [0.2, 0.3, 0.5]}
+SAMPLING = {"T1": dict(temperature=1.0), "T0.7_top_p": dict(temperature=0.7, top_p=0.8)}
+
+
+def mixture_engine(method: str, n: int, weights: str, gamma: int = 2, proposer: int | None = None,
+                   schedule: str | None = None) -> tuple[Engine, list[TableMember]]:
+    table = [TableMember(seed=10 + i, vocab=VOCAB, name=f"m{i}") for i in range(n)]
+    combination = make_combination("we", n, weights=WEIGHTS[n, weights])
+    if method == "we_mix":
+        plan = make_plan(method, n, combination)
+    else:
+        plan = make_plan(method, n, combination, gamma, proposer, schedule=schedule)
+    return Engine(table, plan), table
+
+
+def distance(engine: Engine, table, sampling: str) -> float:
+    options = SAMPLING[sampling]
+    exact = exact_distribution(table, engine.plan.combination, SamplingParams(**options))
+    return l1_distance(engine, exact, **options)
+
+
+# ----------------------------------------------------------------- exactness, Monte Carlo
+FAST = [("we_mix", 2, "skewed", "T1"), ("we_mix_sd", 2, "even", "T0.7_top_p"), ("we_mix_sd", 3, "skewed", "T1")]
+GRID = [c for c in itertools.product(("we_mix", "we_mix_sd"), (2, 3), ("even", "skewed"), SAMPLING) if c not in FAST]
+
+
+@pytest.mark.parametrize("method, n, weights, sampling",
+                         FAST + [pytest.param(*c, marks=pytest.mark.slow) for c in GRID])
+def test_emitted_distribution_is_r(method, n, weights, sampling):
+    engine, table = mixture_engine(method, n, weights)
+    d = distance(engine, table, sampling)
+    assert d < THRESHOLD, f"L1 {d:.4f} >= {THRESHOLD:.4f} (false alarm prob <= 1e-6)"
+    if method == "we_mix_sd":
+        assert engine.last.stats.drafted > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n, proposer", [(2, 1), (3, 0)])
+def test_hybrid_is_exact_whatever_the_foreign_positions_drafted(n, proposer):
+    """m (foreign positions drafted per round, 0 = the ME step) varies from round to round with past
+    acceptances, as the adaptive schedule's does; the proposer may be the larger-weight member."""
+    engine, table = mixture_engine("we_mix_sd", n, "skewed", gamma=3, proposer=proposer, schedule="adaptive")
+    force_every_length(engine)
+    d = distance(engine, table, "T1")
+    assert d < THRESHOLD, f"L1 {d:.4f} >= {THRESHOLD:.4f}"
+    assert len(engine.schedule.last_run) == 4  # m = 0..3 all ran
+
+
+def accept_outright(draft, q, r, greedy, generator):
+    """The negative control: foreign positions accepted without a test (bonus kept)."""
+    k = draft.shape[0]
+    bonus = sample(r[k:], generator)[0] if r.shape[0] == k + 1 else torch.tensor(NO_TOKEN)
+    return torch.tensor(k), bonus
+
+
+def test_negative_control_is_rejected(monkeypatch):
+    monkeypatch.setattr(mixture_loop, "verify_block", accept_outright)
+    engine, table = mixture_engine("we_mix_sd", 2, "even")
+    d = distance(engine, table, "T1")
+    assert d >= THRESHOLD, f"the test cannot tell foreign positions accepted outright apart (L1 {d:.4f})"
+
+
+# ----------------------------------------------------------------- deterministic
+@pytest.mark.parametrize("method", ["we_mix", "we_mix_sd"])
+def test_seeded_output_is_reproducible(models, method):
+    plan = lambda: make_plan(method, 2, make_combination("we", 2, lam=0.3), *([] if method == "we_mix" else [4]))
+    outs = [Engine(members(models["base"], models["stranger"]), plan()).generate(
+        PROMPT, max_new_tokens=24, temperature=1, seed=s, eos_token_ids=[]).tokens for s in (5, 5, 6)]
+    assert outs[0] == outs[1] and outs[0] != outs[2]
+
+
+class CheckedMember(Member):
+    """A member that checks every forward against a fresh, cache-free forward over the same tokens."""
+
+    def score(self, seq, n=1):
+        fed = seq.shape[0] - min(self.n_cached, seq.shape[0] - n)
+        got = super().score(seq, n)
+        with torch.inference_mode():
+            fresh = self.model(input_ids=seq[None]).logits[0, -n:]
+        assert torch.allclose(got, fresh, atol=1e-4), f"{self.name}: {(got - fresh).abs().max():.2e}"
+        self.longest_catch_up = max(getattr(self, "longest_catch_up", 0), fed)
+        return got
+
+
+@pytest.mark.parametrize("method, gamma", [("we_mix", 1), ("we_mix_sd", 4)])
+def test_catch_up_equals_a_fresh_forward(models, method, gamma):
+    """A member that sat out several positions feeds them all in one forward; its logits (and so its
+    KV cache) equal a fresh forward over the same tokens, through rejections and roll-backs too."""
+    pair = [CheckedMember(m, name=f"m{i}", capacity=256) for i, m in enumerate((models["base"], models["close"]))]
+    plan = make_plan(method, 2, make_combination("we", 2, lam=0.3), gamma, schedule=None)
+    out = Engine(pair, plan).generate(PROMPT, max_new_tokens=40, temperature=1, seed=3, eos_token_ids=[])
+    assert len(out.tokens) == 40
+    assert max(m.longest_catch_up for m in pair) >= 3  # catch-up happened
+
+
+def test_me_runs_one_member_per_token_and_predicts_its_speedup(models):
+    engine = Engine(members(models["base"], models["stranger"]), make_plan("we_mix", 2, make_combination("we", 2)))
+    stats = engine.generate(PROMPT, max_new_tokens=32, temperature=1, seed=1, eos_token_ids=[]).stats
+    calls = [m.calls for m in stats.members]
+    assert sum(calls) == stats.new_tokens == 32 and min(calls) > 0  # one forward per token, each member ran
+    assert stats.drafted == stats.rounds == 0 and stats.proposer is not None and stats.cost_ratio is not None
+    t = [m.seconds_per_call for m in stats.members]
+    assert stats.predicted_speedup == pytest.approx(sum(t) / (0.5 * t[0] + 0.5 * t[1]))
+
+
+@pytest.mark.parametrize("method", ["we_mix", "we_mix_sd"])
+def test_a_member_nobody_needs_never_runs(models, method):
+    """Weight 0: its positions never come up; all positions the proposer's: no verify pass at all."""
+    plan = make_plan(method, 2, make_combination("we", 2, lam=0.0))
+    engine = Engine(members(models["base"], models["stranger"]), plan)
+    stats = engine.generate(PROMPT, max_new_tokens=12, temperature=1, eos_token_ids=[]).stats
+    assert stats.members[1].calls == 0 and stats.rounds == 0 and stats.new_tokens == 12
+
+
+def test_hybrid_with_every_position_foreign_verifies_each_block(models):
+    combination = make_combination("we", 2, weights=[0.0, 1.0])  # the proposer (member 0) owns nothing
+    engine = Engine(members(models["close"], models["base"]), make_plan("we_mix_sd", 2, combination, 3, proposer=0))
+    stats = engine.generate(PROMPT, max_new_tokens=24, temperature=1, eos_token_ids=[]).stats
+    assert stats.rounds > 0 and stats.drafted >= stats.accepted > 0 and stats.members[1].calls == stats.rounds
+
+
+def test_coins_follow_the_weights_and_never_draw_a_zero_weight():
+    coins = Coins([0.25, 0.0, 0.75], seed=0)
+    z = coins.ahead(4000)
+    assert 1 not in z and abs(z.count(0) / 4000 - 0.25) < 0.03
+    head = coins.ahead(3)
+    coins.consume(2)
+    assert coins.ahead(1) == head[2:]
+
+
+# ----------------------------------------------------------------- the cost model
+def brute_force(weights, proposer, m, cap, beta, t):
+    """E[tokens], E[seconds] of a round by enumerating its coins and acceptance outcomes, via plan_block."""
+    tokens = seconds = 0.0
+    for z in itertools.product(range(len(weights)), repeat=cap + 1):
+        p = math.prod(weights[i] for i in z)
+        b = plan_block(z, proposer, m, cap)
+        seconds += p * (b.drafted * t[proposer] + sum(t[k] for k in b.verifiers))
+        for i, f in enumerate(b.foreign):  # the first rejection at the i-th foreign position
+            tokens += p * beta**i * (1 - beta) * (f + 1)
+        reach = beta ** len(b.foreign)
+        tokens += p * reach * (b.drafted + 1)
+        seconds += p * reach * (0.0 if b.closing in b.verifiers else t[b.closing])
+    return tokens, seconds
+
+
+@pytest.mark.parametrize("weights, proposer", [([0.5, 0.5], 0), ([0.3, 0.7], 1), ([0.2, 0.3, 0.5], 0)])
+@pytest.mark.parametrize("m", [0, 1, 2, 4])
+def test_cost_model_equals_brute_force(weights, proposer, m):
+    t = [0.39, 1.0, 0.8][: len(weights)]
+    got = round_expectation(weights, proposer, m, 4, 0.7, lambda i, n: t[i])
+    assert got == pytest.approx(brute_force(weights, proposer, m, 4, 0.7, t))
+
+
+def test_cost_model_predictions():
+    t = [0.39, 1.0]  # c = 0.39, λ = 0.5, β = 0.7 (the issue's worked example)
+    assert predicted_speedup([0.5, 0.5], 0, 0.7, t, 1, m=0) == pytest.approx(2.0)  # ME: exactly 2x
+    assert predicted_speedup([0.3, 0.7], 0, 0.7, t, 1, m=0) == pytest.approx(1.39 / (0.3 * 0.39 + 0.7))
+    assert predicted_speedup([0.5, 0.5], 0, 0.7, t, 16) == pytest.approx(2.18, abs=0.01)  # best m: 1
+    assert predicted_speedup([0.5, 0.5], 0, 0.7, [1.0, 1.0], 5) == pytest.approx(2.0)  # c = 1: ME's 2x
+    assert predicted_speedup([0.5, 0.5], 0, 0.3, t, 5) == pytest.approx(2.0)  # low β: the best policy is ME
+
+
+def test_adaptive_schedule_drafts_what_the_cost_model_prefers():
+    """Once its probes ran, the schedule picks m by the loop's rate: one foreign position per pass at
+    β = 0.7, c = 0.39 (the worked example); ME (m = 0) at c = 1, where a verify pass costs a full step."""
+    for t, expected in (([0.39, 1.0], 1), ([1.0, 1.0], 0)):
+        schedule = Schedule("adaptive", 5, 1)
+        schedule.rounds, schedule.last_run = 1, {5: 1, 0: 1, 1: 1}  # the first probes are done
+        schedule.observe(1000, 700)
+        rate = lambda m, beta: mixture_rate([0.5, 0.5], 0, m, 5, beta, lambda i, n: t[i])
+        assert schedule.length(CallCosts(), [CallCosts()], True, rate) == expected
+
+
+# ----------------------------------------------------------------- outside the exact domain
+def table_pair():
+    return [TableMember(seed=10 + i, vocab=VOCAB) for i in range(2)]
+
+
+def probs_sum(values):
+    return values[0] + values[1]
+
+
+@pytest.mark.parametrize("method", ["we_mix", "we_mix_sd"])
+@pytest.mark.parametrize("combination, applies", [
+    (lambda: make_combination("cd", 2), "use cd_chef"),
+    (lambda: Custom(n_members=2, fn=probs_sum, declared_space="probs"), "use custom_chef"),
+    (lambda: Custom(n_members=2, fn=probs_sum, declared_space="raw-logits"), "use custom_chef"),  # processed after
+])
+def test_only_a_weighted_ensemble_is_a_mixture(method, combination, applies):
+    with pytest.raises(ValueError, match=f"method {method} samples r as a mixture, exact only for a weighted "
+                                         f"ensemble in probs space.*{applies}"):
+        make_plan(method, 2, combination())
+
+
+@pytest.mark.parametrize("method", ["we_mix", "we_mix_sd"])
+def test_greedy_is_refused_before_any_model_work(method, monkeypatch):
+    engine = Engine(table_pair(), make_plan(method, 2, make_combination("we", 2)))
+    monkeypatch.setattr(TableMember, "prefill", lambda *a: pytest.fail("a member ran"))
+    with pytest.raises(ValueError, match="exact under sampling only.*use we_chef"):
+        engine.generate(PROMPT[:2], max_new_tokens=4, temperature=0)
+
+
+def test_greedy_is_refused_by_the_runner_config():
+    from omegaconf import OmegaConf
+
+    from cos.runner.config import run_config
+    from test_configs import composed
+
+    cfg = OmegaConf.to_container(composed(["method=we_mix", "method.generate.temperature=0"]), resolve=True)
+    with pytest.raises(ValueError, match="use we_chef.*method.generate.temperature"):
+        run_config(cfg)
+
+
+@pytest.mark.parametrize("method, setting, message", [
+    ("we_mix", dict(schedule="adaptive"), "drafts nothing: schedule applies"),
+    ("we_mix", dict(proposer=0), "drafts nothing: proposer applies"),
+    ("we_mix", dict(draft_threshold=0.4), "drafts nothing: draft_threshold applies"),
+    ("we_mix_sd", dict(draft_threshold=0.4), "fixed by the coins alone, so draft_threshold does not apply"),
+    ("we_mix_sd", dict(bonus="exact"), "would ignore bonus='exact'"),
+])
+def test_settings_a_mixture_would_ignore_are_refused(method, setting, message):
+    with pytest.raises(ValueError, match=message):
+        make_plan(method, 2, make_combination("we", 2), **setting)
