@@ -139,7 +139,7 @@ def main() -> None:
             runs = [engine.generate(ids, max_new_tokens=args.max_new_tokens, temperature=0, eos_token_ids=[])
                     for ids in prompts]
             record(results, args.out, name, repeat, meter.stop(),
-                   [{"tokens": len(g.token_ids), "decode_seconds": g.stats.wall_seconds, "token_ids": g.token_ids,
+                   [{"tokens": len(g.tokens), "decode_seconds": g.stats.wall_seconds, "token_ids": g.tokens,
                      "seconds_per_call": {m.name: m.seconds_per_call for m in g.stats.members}} for g in runs])
         for name, draft in (("vllm cd", False), ("vllm cd+draft", True)):
             meter = LoadMeter()
