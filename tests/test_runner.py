@@ -180,6 +180,17 @@ def test_main_case_prints_text_and_statistics(tmp_path, monkeypatch, capsys):
     (["device=[cpu,cpu,cpu]"], "device has 3 entries for 2 members"),
     (["method.alpha=-1"], "contrastive alpha must be >= 0"),
     (["method.draft_threshold=1.5"], "draft_threshold must be a probability in [0, 1)"),
+    (["backend=tpu"], "backend must be one of hf, vllm, got 'tpu'"),
+    (["backend=vllm"], "method cd_chef: the alternate-proposal CoS loop (the verifier's bonus kept as the next "
+                       "proposal) is not expressed by vLLM: use backend=hf, or cd_sd (method.bonus=exact) or cd"),
+    (["backend=vllm", "method.name=cd_sd"], "method cd_sd with bonus='none': vLLM's rejection sampler always draws"),
+    (["backend=vllm", "method.name=cd_sd", "method.bonus=exact", "method.schedule=adaptive"],
+     "method.schedule=adaptive does not apply on backend=vllm"),
+    (["backend=vllm", "method.name=cd", "compare_with=cd_chef"], "compare_with=cd_chef: the alternate-proposal"),
+    (["backend=vllm", "method.name=cd", "device=cpu"], "backend=vllm places the model and picks its kernels itself: "
+                                                       "device='cpu' would be ignored"),
+    (["backend=vllm", "method.name=cd", "dtype=[float32,bfloat16]"], "backend=vllm runs every member in one dtype"),
+    (["vllm={max_model_len: 64}"], "applies to backend=vllm only"),
 ])
 def test_bad_input_is_one_line_before_any_model_loads(overrides, message, prompts, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(build_module, "load_member", lambda *a, **k: pytest.fail("loaded a model"))
@@ -293,6 +304,13 @@ def test_draft_threshold_reaches_the_plan_and_not_the_baseline():
     assert build_module.build_engine(cfg).plan.draft_threshold == 0.4
     method = OmegaConf.to_container(cfg["method"], resolve=True)
     assert baseline_spec(method, "standard").plan().draft_threshold == 0.0  # cd drafts nothing
+
+
+def test_a_folder_written_before_backend_existed_resumes_on_hf_only():
+    cfg = OmegaConf.to_container(composed(["method=cd_chef", *TINY]), resolve=True)
+    older = {k: v for k, v in cfg.items() if k not in ("backend", "vllm")}
+    assert cfg["backend"] == "hf" and differences(older, cfg) == []
+    assert differences(older, {**cfg, "backend": "vllm"}) == ["backend: 'hf' -> 'vllm'"]
 
 
 def test_a_folder_written_before_draft_threshold_existed_still_resumes():

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from vllm_cases import COMPOSITES, FP32_FLOOR, GREEDY, MAX_NEW, PROMPTS, SAMPLED, assert_log_r_close, floor
+from vllm_cases import COMPOSITES, GREEDY, MAX_NEW, PROMPTS, SAMPLED, assert_greedy_equal, assert_log_r_close, floor
 
 from cos import Engine, SamplingParams
 from cos.methods.reference import reference_generate
 
 CASES = [(name, spec) for name in COMPOSITES for spec in (False, True)]
 IDS = [f"{name}-{'spec' if spec else 'standard'}" for name, spec in CASES]
-
-
-def assert_greedy_equal(got: list[int], want: list[int], log_r_at) -> None:
-    """Equal token for token; a divergence is allowed only at a floating-point near-tie of r (HF's rule)."""
-    assert len(got) == len(want), (got, want)
-    for j, (g, w) in enumerate(zip(got, want)):
-        if g != w:
-            lr = log_r_at(j)
-            gap = float(lr[w] - lr[g])
-            assert abs(gap) < FP32_FLOOR, f"token {j}: vLLM {g} vs HF {w}, log r gap {gap:.3g}"
-            return
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,18 @@ def assert_log_r_close(got: torch.Tensor, want: torch.Tensor, atol: float = FP32
     assert err <= atol, f"max |log r_vllm - log r_hf| = {err:.3g} > {atol}"
 
 
+def assert_greedy_equal(got: list[int], want: list[int], log_r_at) -> None:
+    """Equal token for token; a divergence is allowed only at a floating-point near-tie of r (HF's rule),
+    and its log r gap is in the message either way."""
+    assert len(got) == len(want), (got, want)
+    for j, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            lr = log_r_at(j)
+            gap = float(lr[w] - lr[g])
+            assert abs(gap) < FP32_FLOOR, f"token {j}: vLLM {g} vs HF {w}, log r gap {gap:.3g}"
+            return
+
+
 class Engines:
     """Lazily created VllmEngines, one per (composite, speculative or not), shared by the session."""
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PretrainedConfig
 
 from ..combination import Combination
 from ..presets import make_combination
@@ -123,6 +123,15 @@ def check_member_configs(configs: Sequence[tuple[str, PretrainedConfig]]) -> Non
     for name, c in configs:
         if not getattr(c, "architectures", None):
             raise ValueError(f"member {name}: config.json names no architectures (e.g. LlamaForCausalLM)")
+
+
+def generation_eos(path: str | os.PathLike, config: PretrainedConfig | None = None) -> list[int]:
+    """A model folder's EOS ids as transformers reads them: generation_config.json, else config.json."""
+    try:
+        eos = GenerationConfig.from_pretrained(str(path)).eos_token_id
+    except OSError:
+        eos = GenerationConfig.from_model_config(config or AutoConfig.from_pretrained(str(path))).eos_token_id
+    return list(eos) if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
 
 
 def _check_tokenizers(paths: Sequence[Path]) -> None:

@@ -24,6 +24,8 @@ class Completion:
     finish_reason: str = ""
     logprobs: torch.Tensor | None = None  # [len(token_ids), V] log r at each step, when asked for
     spec: dict | None = None  # speculative decoding only: rounds, draft_tokens, accepted_tokens of this output
+    stop_reason: str = ""  # as the HF engine's GenerationStats.stop_reason: eos | stop_string | length
+    decode_seconds: float | None = None  # first to last token (vLLM's request metrics; None when stats are off)
 
     def __iter__(self) -> Iterator:
         return iter((self.text, self.token_ids))
@@ -116,7 +118,7 @@ class VllmEngine:
                 stop_token_ids=list(eos_token_ids) if eos_token_ids else None,
                 logprobs=-1 if logprobs else None, extra_args=extra_args(cos_params)))
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        return [self._completion(o.outputs[0], stop, logprobs) for o in outputs]
+        return [self._completion(o.outputs[0], stop, logprobs, o.metrics) for o in outputs]
 
     def prompt_logprobs(self, sequences: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
                         top_k: int = 0) -> list[torch.Tensor]:
@@ -137,7 +139,7 @@ class VllmEngine:
             raise ValueError(f"prompt token ids must lie in [0, {self.vocab_size})")
         return ids
 
-    def _completion(self, out, stop: Sequence[str], logprobs: bool) -> Completion:
+    def _completion(self, out, stop: Sequence[str], logprobs: bool, metrics=None) -> Completion:
         # text as the HF engine makes it: decode all tokens, cut before the first stop string (vLLM's own
         # incremental text can hold back an unfinished UTF-8 character at the end)
         text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
@@ -148,7 +150,8 @@ class VllmEngine:
             spec = {"rounds": m["num_spec_steps"], "draft_tokens": m["num_draft_tokens"],
                     "accepted_tokens": m["num_accepted_draft_tokens"]}
         return Completion(text[: min(cuts)] if cuts else text, list(out.token_ids), out.finish_reason or "",
-                          self._dense(out.logprobs) if logprobs else None, spec)
+                          self._dense(out.logprobs) if logprobs else None, spec, _stop_reason(out),
+                          _decode_seconds(metrics))
 
     def _dense(self, steps) -> torch.Tensor:
         """vLLM's per-step {token: Logprob} dicts -> a dense [steps, V] tensor (-inf where absent)."""
@@ -157,3 +160,19 @@ class VllmEngine:
             ids = torch.tensor(list(step.keys()))
             dense[i, ids] = torch.tensor([lp.logprob for lp in step.values()])
         return dense
+
+
+def _stop_reason(out) -> str:
+    """vLLM's finish_reason / stop_reason -> the HF engine's words (a stop token id or EOS: eos)."""
+    if out.finish_reason == "length":
+        return "length"
+    if out.finish_reason == "stop":
+        return "stop_string" if isinstance(out.stop_reason, str) else "eos"
+    return out.finish_reason or ""
+
+
+def _decode_seconds(metrics) -> float | None:
+    """Decode time as the HF engine counts it (prefill excluded): first token to last. vLLM fills
+    RequestOutput.metrics (RequestStateStats) only when the LLM runs with disable_log_stats=False."""
+    first, last = getattr(metrics, "first_token_ts", 0.0), getattr(metrics, "last_token_ts", 0.0)
+    return last - first if metrics is not None and first > 0 else None
