@@ -30,6 +30,9 @@ COMPOSITES = {
     "we3": (("big", "small", "close"), "we", {"weights": [0.5, 0.3, 0.2]}, "m2"),
 }
 
+# sampling defaults in member big's generation_config.json, which no composite may apply
+BIG_GENERATION = {"repetition_penalty": 1.1, "temperature": 0.6, "top_p": 0.9, "do_sample": True}
+
 GREEDY = SamplingParams(temperature=0)
 SAMPLED = SamplingParams(temperature=0.7, top_k=40, top_p=0.9)
 

