@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -318,3 +319,36 @@ def test_a_folder_written_before_draft_threshold_existed_still_resumes():
     older = {**cfg, "method": {k: v for k, v in cfg["method"].items() if k != "draft_threshold"}}
     assert differences(older, cfg) == []
     assert differences(older, {**cfg, "method": {**cfg["method"], "draft_threshold": 0.4}}) != []
+
+
+@pytest.mark.parametrize("overrides", [
+    ["method=cd"], ["method=we_sd", "method.bonus=exact"], ["method=custom"], ["method=large_model"],
+    ["method=sd", "method.draft_model=tiny-amateur"]], ids=["cd", "we_sd", "custom", "large_model", "sd"])
+def test_vllm_composites_hold_the_methods_combination(overrides, tmp_path, monkeypatch):
+    """backend=vllm builds (once, then reuses) a composite whose r is the method's own, without vLLM."""
+    from cos import SamplingParams
+    from cos.runner.build import check_before_loading
+    from cos.runner.config import run_config
+    from cos.runner.vllm_build import combination_spec
+    from cos.vllm_backend import CompositeSpec
+    from cos.vllm_backend.composite_cache import cached_composite
+
+    monkeypatch.setenv("COS_COMPOSITE_CACHE", str(tmp_path))
+    members = {"method=cd": ["method.amateur_model=tiny-amateur"], "method=sd": [], "method=large_model": []}
+    extra = members.get(overrides[0], ["method.extra_model=tiny-amateur"])
+    cfg = OmegaConf.to_container(composed([*overrides, "method.model=tiny-expert", *extra, "backend=vllm"]),
+                                 resolve=True)
+    run = run_config(cfg)
+    paths = check_before_loading(run)
+    in_composite = paths[:1] if run.method.method in ("sd", "large_model") else paths
+    folder = cached_composite(in_composite, combination_spec(run.method))
+    assert cached_composite(in_composite, combination_spec(run.method)) == folder  # built once
+    composite = CompositeSpec.load(folder)
+    assert [str(m.path) for m in composite.members] == [str(Path(p).resolve()) for p in in_composite]
+    plan = run.method.plan()
+    logits = [torch.randn(3, 40, generator=torch.Generator().manual_seed(i)) for i in range(len(in_composite))]
+    for params in (SamplingParams(temperature=0), SamplingParams(temperature=0.7, top_k=5, top_p=0.9)):
+        assert torch.allclose(composite.combination.distribution(logits, params),
+                              plan.combination.distribution(logits, params))
+    saved = json.loads((folder / "generation_config.json").read_text())
+    assert not {"temperature", "top_p", "top_k", "repetition_penalty", "do_sample"} & set(saved)
