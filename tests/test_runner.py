@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -180,6 +181,17 @@ def test_main_case_prints_text_and_statistics(tmp_path, monkeypatch, capsys):
     (["device=[cpu,cpu,cpu]"], "device has 3 entries for 2 members"),
     (["method.alpha=-1"], "contrastive alpha must be >= 0"),
     (["method.draft_threshold=1.5"], "draft_threshold must be a probability in [0, 1)"),
+    (["backend=tpu"], "backend must be one of hf, vllm, got 'tpu'"),
+    (["backend=vllm"], "method cd_chef: the alternate-proposal CoS loop (the verifier's bonus kept as the next "
+                       "proposal) is not expressed by vLLM: use backend=hf, or cd_sd (method.bonus=exact) or cd"),
+    (["backend=vllm", "method.name=cd_sd"], "method cd_sd with bonus='none': vLLM's rejection sampler always draws"),
+    (["backend=vllm", "method.name=cd_sd", "method.bonus=exact", "method.schedule=adaptive"],
+     "method.schedule=adaptive does not apply on backend=vllm"),
+    (["backend=vllm", "method.name=cd", "compare_with=cd_chef"], "compare_with=cd_chef: the alternate-proposal"),
+    (["backend=vllm", "method.name=cd", "device=cpu"], "backend=vllm places the model and picks its kernels itself: "
+                                                       "device='cpu' would be ignored"),
+    (["backend=vllm", "method.name=cd", "dtype=[float32,bfloat16]"], "backend=vllm runs every member in one dtype"),
+    (["vllm={max_model_len: 64}"], "applies to backend=vllm only"),
 ])
 def test_bad_input_is_one_line_before_any_model_loads(overrides, message, prompts, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(build_module, "load_member", lambda *a, **k: pytest.fail("loaded a model"))
@@ -295,8 +307,48 @@ def test_draft_threshold_reaches_the_plan_and_not_the_baseline():
     assert baseline_spec(method, "standard").plan().draft_threshold == 0.0  # cd drafts nothing
 
 
+def test_a_folder_written_before_backend_existed_resumes_on_hf_only():
+    cfg = OmegaConf.to_container(composed(["method=cd_chef", *TINY]), resolve=True)
+    older = {k: v for k, v in cfg.items() if k not in ("backend", "vllm")}
+    assert cfg["backend"] == "hf" and differences(older, cfg) == []
+    assert differences(older, {**cfg, "backend": "vllm"}) == ["backend: 'hf' -> 'vllm'"]
+
+
 def test_a_folder_written_before_draft_threshold_existed_still_resumes():
     cfg = OmegaConf.to_container(composed(["method=cd_chef", *TINY]), resolve=True)
     older = {**cfg, "method": {k: v for k, v in cfg["method"].items() if k != "draft_threshold"}}
     assert differences(older, cfg) == []
     assert differences(older, {**cfg, "method": {**cfg["method"], "draft_threshold": 0.4}}) != []
+
+
+@pytest.mark.parametrize("overrides", [
+    ["method=cd"], ["method=we_sd", "method.bonus=exact"], ["method=custom"], ["method=large_model"],
+    ["method=sd", "method.draft_model=tiny-amateur"]], ids=["cd", "we_sd", "custom", "large_model", "sd"])
+def test_vllm_composites_hold_the_methods_combination(overrides, tmp_path, monkeypatch):
+    """backend=vllm builds (once, then reuses) a composite whose r is the method's own, without vLLM."""
+    from cos import SamplingParams
+    from cos.runner.build import check_before_loading
+    from cos.runner.config import run_config
+    from cos.runner.vllm_build import combination_spec
+    from cos.vllm_backend import CompositeSpec
+    from cos.vllm_backend.composite_cache import cached_composite
+
+    monkeypatch.setenv("COS_COMPOSITE_CACHE", str(tmp_path))
+    members = {"method=cd": ["method.amateur_model=tiny-amateur"], "method=sd": [], "method=large_model": []}
+    extra = members.get(overrides[0], ["method.extra_model=tiny-amateur"])
+    cfg = OmegaConf.to_container(composed([*overrides, "method.model=tiny-expert", *extra, "backend=vllm"]),
+                                 resolve=True)
+    run = run_config(cfg)
+    paths = check_before_loading(run)
+    in_composite = paths[:1] if run.method.method in ("sd", "large_model") else paths
+    folder = cached_composite(in_composite, combination_spec(run.method))
+    assert cached_composite(in_composite, combination_spec(run.method)) == folder  # built once
+    composite = CompositeSpec.load(folder)
+    assert [str(m.path) for m in composite.members] == [str(Path(p).resolve()) for p in in_composite]
+    plan = run.method.plan()
+    logits = [torch.randn(3, 40, generator=torch.Generator().manual_seed(i)) for i in range(len(in_composite))]
+    for params in (SamplingParams(temperature=0), SamplingParams(temperature=0.7, top_k=5, top_p=0.9)):
+        assert torch.allclose(composite.combination.distribution(logits, params),
+                              plan.combination.distribution(logits, params))
+    saved = json.loads((folder / "generation_config.json").read_text())
+    assert not {"temperature", "top_p", "top_k", "repetition_penalty", "do_sample"} & set(saved)

@@ -86,8 +86,8 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
     sd: (1-α^(γ+1)) / ((1-α)(1+cγ)) (Leviathan et al.). naive: tokens/round × Σt / (γ t_p + Σ t_v)
     (Thm 3.1 for n = 2), with the bonus round of Leviathan when `bonus == "exact"`. cos, n = 2:
     (1-α^γq)(1+c) / ((1-α)(1+cγq - α^γp c)) (Thm 3.6). Otherwise None: no closed form is claimed
-    (n >= 3 members under cos, drafts cut by a confidence threshold, or an adaptive schedule that
-    chose other lengths than γ: γ is then not fixed). mix, mix_sd: cos/mixture.py's cost model (ME:
+    (n >= 3 members under cos, drafts cut by a confidence threshold, an adaptive schedule that
+    chose other lengths than γ: γ is then not fixed, or no per-member costs measured: the vLLM backend). mix, mix_sd: cos/mixture.py's cost model (ME:
     Σ t_i / Σ w_i t_i; the hybrid: m = γ foreign positions per round under `fixed`, else the best m).
     """
     alpha = stats.acceptance_rate
@@ -98,6 +98,8 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
         gamma = stats.gamma[stats.proposer] if loop == "mix_sd" else 1
         m = 0 if loop == "mix" else gamma if stats.schedule == "fixed" else None
         return mixture.predicted_speedup(stats.weights, stats.proposer, alpha or 0.0, t, gamma, m)
+    if not stats.members:  # per-member costs not measured (the vLLM backend): no prediction
+        return None
     varied = any(k != stats.gamma[stats.proposer] for k in stats.draft_lengths) if stats.proposer is not None else False
     if stats.draft_threshold > 0 or varied or alpha is None or stats.proposer is None \
             or any(m.seconds_per_call <= 0 for m in stats.members):

@@ -55,16 +55,18 @@ def pytest_collection_modifyitems(config, items):
 sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_members import save_member, save_perturbed  # noqa: E402
-from vllm_cases import COMPOSITES, Engines, HFSide  # noqa: E402
+from vllm_cases import BIG_GENERATION, COMPOSITES, Engines, HFSide  # noqa: E402
 
 from cos.vllm_backend import build_composite  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def member_dirs(tmp_path_factory) -> dict[str, Path]:
-    """big: 3 layers, hidden 96; small: 2 layers, hidden 64; close: small plus noise (a good draft)."""
+    """big: 3 layers, hidden 96; small: 2 layers, hidden 64; close: small plus noise (a good draft).
+    big ships sampling defaults in its generation_config.json, as many hub models do (repetition_penalty
+    1.1, ...): composites with big as member 0 must not apply them (greedy must still equal the HF engine)."""
     root = tmp_path_factory.mktemp("members")
-    big = save_member(root / "big", seed=1, hidden=96, heads=3, layers=3)
+    big = save_member(root / "big", seed=1, hidden=96, heads=3, layers=3, generation=BIG_GENERATION)
     small = save_member(root / "small", seed=2)
     close = save_perturbed(root / "close", small, seed=7, scale=0.3)
     return {"big": big, "small": small, "close": close}

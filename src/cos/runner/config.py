@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..engine import plan_from_kwargs
 from ..plan import DRAFTLESS, LOOPS, Plan, ignored_bonus
 from ..sampling import SamplingParams
+from .backend import check_backend, check_vllm_method, check_vllm_runtime
 from .schema import check_keys
 
 # Member keys of each method family, in config order (ALGORITHM.md §4).
@@ -94,6 +95,8 @@ class RunConfig:
     kernels: bool | str = "auto"  # the CPU bf16 linear kernel: auto (where it measures faster) | true | false
     warmup: int = 1
     progress: bool = True
+    backend: str = "hf"  # hf | vllm (backend.py)
+    vllm_options: dict = field(default_factory=dict)  # backend=vllm: options for vllm.LLM
 
 
 def method_spec(m: Mapping) -> MethodSpec:
@@ -223,6 +226,15 @@ def run_config(cfg: Mapping) -> RunConfig:
     baseline = baseline_spec(cfg["method"], cfg["compare_with"]) if cfg.get("compare_with") else None
     if baseline is not None:
         baseline.plan()
+    backend = check_backend(cfg.get("backend", "hf"))
+    vllm_options = {}
+    if backend == "vllm":  # what vLLM cannot express fails here, before any model loads
+        vllm_options = check_vllm_runtime(cfg)
+        spec = check_vllm_method(spec, cfg["method"].get("schedule"))
+        if baseline is not None:
+            baseline = check_vllm_method(baseline, None, role="compare_with=")
+    elif cfg.get("vllm"):
+        raise ValueError(f"vllm={cfg['vllm']!r} applies to backend=vllm only: set backend=vllm, or unset vllm")
     dataset = dict(cfg.get("dataset") or {})
     for key in ("use_fewshot", "chat_template"):
         dataset[key] = _bool(f"dataset.{key}", dataset.get(key, key == "use_fewshot"))
@@ -238,4 +250,5 @@ def run_config(cfg: Mapping) -> RunConfig:
                      dtypes=_per_member("dtype", cfg.get("dtype", "float32"), n),
                      threads=_threads(cfg.get("threads", "auto")), compile=_bool("compile", cfg.get("compile", False)),
                      kernels=_kernels(cfg.get("kernels", "auto")),
-                     warmup=_int("warmup", cfg.get("warmup", 1), 0), progress=_bool("progress", cfg.get("progress", True)))
+                     warmup=_int("warmup", cfg.get("warmup", 1), 0), progress=_bool("progress", cfg.get("progress", True)),
+                     backend=backend, vllm_options=vllm_options)

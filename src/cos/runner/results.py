@@ -23,10 +23,12 @@ import yaml
 RESULTS, SUMMARY, CONFIG = "results.jsonl", "summary.json", "config.yaml"
 # Settings that change what a prompt's record holds: resuming with another value would mix runs.
 FINGERPRINT = ("dataset.name", "dataset.path", "dataset.use_fewshot", "dataset.chat_template", "dataset.options",
-               "data_sha256", "method", "seed", "max_prompt_len", "device", "dtype", "compare_with")
+               "data_sha256", "method", "seed", "max_prompt_len", "device", "dtype", "compare_with", "backend")
 # Compared only when both sides know it: folders written before it existed, and callers that have not
 # read the data (report/runs.py), still compare on everything else.
 KNOWN_ONLY_WHEN_READ = ("data_sha256",)
+# Keys added after folders were written: a folder without one ran with this value.
+DEFAULTS = {"backend": "hf"}
 
 
 def read_records(path: Path) -> list[dict]:
@@ -85,7 +87,7 @@ def _flatten(d, prefix: str = "") -> dict:
 
 def differences(old: Mapping, new: Mapping, keys=FINGERPRINT) -> list[str]:
     """'key: old -> new' for every fingerprint setting that differs."""
-    a, b = _flatten(old), _flatten(new)
+    a, b = {**DEFAULTS, **_flatten(old)}, {**DEFAULTS, **_flatten(new)}
     changed = []
     for key in sorted(set(a) | set(b)):
         if key in KNOWN_ONLY_WHEN_READ and (key not in a or key not in b):

@@ -88,7 +88,8 @@ def timed(engine, ids: list[int], options: dict):
 
 def run_prompt(built: Built, run: RunConfig, adapter, example, index: int, ids: list[int], options: dict) -> dict:
     """One prompt: baseline (if any) then the method, back to back; scored; one record."""
-    record = {"id": example.id, "index": index, "prompt": example.prompt, "prompt_tokens": len(ids)}
+    record = {"id": example.id, "index": index, "backend": run.backend, "prompt": example.prompt,
+              "prompt_tokens": len(ids)}
     baseline = None
     if built.baseline is not None:
         baseline, seconds = timed(built.baseline, ids, options)
@@ -128,30 +129,34 @@ def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] |
     meter = LoadMeter()
     if todo:
         built = build_engines(run, paths=paths, loaded=loaded)
-        encoded = lambda ex: encode(built.tokenizer, ex.prompt, run.dataset["chat_template"], run.max_prompt_len)
-        opts = lambda i: generation_options(run, adapter.max_new_tokens, adapter.stop_strings, run.seed + i)
-        if run.warmup:
-            warm_up(built, encoded(todo[0][1]), opts(0), run.warmup)
-        bar = tqdm(total=len(examples), initial=len(examples) - len(todo), unit="prompt",
-                   desc=run.method.method, disable=not run.progress, dynamic_ncols=True)
-        with ResultsWriter(out_dir / RESULTS) as writer, bar:
-            for i, example in todo:
-                record = run_prompt(built, run, adapter, example, i, encoded(example), opts(i))
-                writer.append(record)
-                records.append(record)
-                if record.get("identical") is False:
-                    log.warning(difference_message(record))
-                bar.set_postfix(progress_postfix(records))
-                bar.update(1)
-                if on_record is not None:
-                    on_record(record)
+        try:
+            chat, cut = run.dataset["chat_template"], run.max_prompt_len
+            encoded = lambda ex: encode(built.tokenizer, ex.prompt, chat, cut)  # noqa: E731
+            opts = lambda i: generation_options(run, adapter.max_new_tokens, adapter.stop_strings, run.seed + i)
+            if run.warmup:
+                warm_up(built, encoded(todo[0][1]), opts(0), run.warmup)
+            bar = tqdm(total=len(examples), initial=len(examples) - len(todo), unit="prompt",
+                       desc=run.method.method, disable=not run.progress, dynamic_ncols=True)
+            with ResultsWriter(out_dir / RESULTS) as writer, bar:
+                for i, example in todo:
+                    record = run_prompt(built, run, adapter, example, i, encoded(example), opts(i))
+                    writer.append(record)
+                    records.append(record)
+                    if record.get("identical") is False:
+                        log.warning(difference_message(record))
+                    bar.set_postfix(progress_postfix(records))
+                    bar.update(1)
+                    if on_record is not None:
+                        on_record(record)
+        finally:
+            built.close()  # vLLM engines free their KV cache now, not at garbage collection
     load = meter.stop()
     # 3. summary over the selected prompts
     selected = {ex.id for ex in examples}
     mine = [r for r in records if r["id"] in selected]
     summary = summarize(mine, method=run.method.method, quality=adapter.aggregate([r["score"] for r in mine]),
                         selected=len(examples),
-                        info={"dataset": run.dataset["name"], "size": run.dataset.get("size"),
+                        info={"dataset": run.dataset["name"], "size": run.dataset.get("size"), "backend": run.backend,
                               "models": run.method.members, "model_paths": paths,
                               "temperature": float(run.generate.temperature),
                               "output_dir": str(out_dir), "load": load.as_dict() if todo else None})

@@ -18,7 +18,7 @@ SCHEMA: dict = {
         "generate": {"temperature": None, "top_p": None, "top_k": None, "max_tokens": None},
     },
     "max_prompt_len": None, "seed": None, "device": None, "dtype": None, "threads": None, "compile": None, "kernels": None, "save_path": None,
-    "compare_with": None, "warmup": None, "progress": None,
+    "compare_with": None, "warmup": None, "progress": None, "backend": None, "vllm": ANY,
     "input": None, "stop": None,  # main_case.py only
 }
 

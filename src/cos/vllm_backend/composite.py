@@ -10,7 +10,11 @@ Layout written by `build_composite` (members are linked, never copied):
       members/m0 -> /abs/member0 (symlink to the member's own folder: its weights are read from there)
       members/m1 -> ...
       cos_composite.safetensors  a one-tensor marker: vLLM's loader wants a weight file in the root
-      tokenizer files, generation_config.json   copied from member 0
+      tokenizer files            copied from member 0
+      generation_config.json     token ids only: BOS / PAD of member 0, every member's EOS (where the HF
+                                 engine stops). No member's sampling defaults (temperature, top_p,
+                                 repetition_penalty, ...): vLLM applies those of the model folder to every
+                                 request that leaves them out, and r is defined without them.
 
 This module needs transformers only (no vLLM): the same spec is read by the builder, by the vLLM model
 (`model.py`) and by `VllmEngine`.
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PretrainedConfig
 
 from ..combination import Combination
 from ..presets import make_combination
@@ -36,7 +40,7 @@ MODEL_TYPE = "cos_collaborative"
 FORMAT = 1
 MARKER_FILE = "cos_composite.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                   "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "generation_config.json")
+                   "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja")
 
 
 class CompositeConfig(PretrainedConfig):
@@ -125,6 +129,25 @@ def check_member_configs(configs: Sequence[tuple[str, PretrainedConfig]]) -> Non
             raise ValueError(f"member {name}: config.json names no architectures (e.g. LlamaForCausalLM)")
 
 
+def generation_eos(path: str | os.PathLike, config: PretrainedConfig | None = None) -> list[int]:
+    """A model folder's EOS ids as transformers reads them: generation_config.json, else config.json."""
+    try:
+        eos = GenerationConfig.from_pretrained(str(path)).eos_token_id
+    except OSError:
+        eos = GenerationConfig.from_model_config(config or AutoConfig.from_pretrained(str(path))).eos_token_id
+    return list(eos) if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
+
+
+def neutral_generation_config(paths: Sequence[Path], configs: Sequence[PretrainedConfig]) -> GenerationConfig:
+    """Token ids only: BOS / PAD of member 0 and the EOS of every member (in member order), nothing else."""
+    eos: list[int] = []
+    for p, c in zip(paths, configs):
+        eos += [t for t in generation_eos(p, c) if t not in eos]
+    first = configs[0]
+    return GenerationConfig(bos_token_id=first.bos_token_id, pad_token_id=first.pad_token_id,
+                            eos_token_id=eos if len(eos) > 1 else eos[0] if eos else None)
+
+
 def _check_tokenizers(paths: Sequence[Path]) -> None:
     vocabs = []
     for p in paths:
@@ -203,6 +226,7 @@ def build_composite(members: Sequence[str | os.PathLike], out_dir: str | os.Path
     for f in TOKENIZER_FILES:
         if (paths[0] / f).is_file():
             shutil.copy(paths[0] / f, out / f)
+    neutral_generation_config(paths, configs).save_pretrained(str(out))
     assert comb.n_members == len(paths)
     return out
 

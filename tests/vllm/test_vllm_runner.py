@@ -1,0 +1,108 @@
+"""The benchmark runner with backend=vllm end to end on tiny members: results, resume, compare_with,
+main_case; greedy outputs equal backend=hf's token for token (up to floating-point near-ties of r)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from vllm_cases import GREEDY, KV_CACHE_BYTES, assert_greedy_equal
+
+from cos.loading import load_tokenizer
+from cos.runner.cli import case_main, dataset_main, plain
+from cos.runner.run import encode
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+PROMPTS = ["Hello, world", "def fib(n):", "The quick brown fox", "1 + 1 =", "Once upon a time"]
+VLLM = ["backend=vllm", f"vllm={{enforce_eager: true, max_model_len: 256, kv_cache_memory_bytes: {KV_CACHE_BYTES}}}"]
+
+
+def composed(overrides: list[str], name: str = "default") -> dict:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return plain(compose(name, overrides=overrides))
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def overrides(member_dirs, tmp_path_factory, monkeypatch_module) -> list[str]:
+    """cd_sd (the amateur drafts 3, exact bonus) against cd on the cd2 members, greedy, 5 jsonl prompts."""
+    data = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    monkeypatch_module.setenv("COS_COMPOSITE_CACHE", str(tmp_path_factory.mktemp("composites")))
+    return ["method=cd_sd", f"method.model={member_dirs['small']}", f"method.amateur_model={member_dirs['close']}",
+            "method.bonus=exact", "method.proposer=1", "method.gamma=3", "dtype=float32", "compare_with=cd",
+            "method.generate.temperature=0", "method.generate.max_tokens=12", "progress=false",
+            "dataset.name=jsonl", f"dataset.path={data}", "dataset.size=tiny"]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """vLLM engines shared by the runs of this module (as scripts/reproduce.py shares models)."""
+    engines: dict = {}
+    yield engines
+    for engine in engines.values():
+        engine.close()
+
+
+def test_dataset_run_interrupted_resumed_and_equal_to_hf(overrides, loaded, member_dirs, hf_sides, tmp_path, capsys):
+    hf_out, out = tmp_path / "hf", tmp_path / "vllm"
+    assert dataset_main(composed(overrides), hf_out) == 0
+    cfg = composed([*overrides, *VLLM])
+    seen: list[str] = []
+
+    def stop_after_two(record):
+        seen.append(record["id"])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    assert dataset_main(cfg, out, on_record=stop_after_two, loaded=loaded) == 130
+    assert "resume with save_path=" in capsys.readouterr().err
+    first_two = (out / "results.jsonl").read_text()
+    resumed: list[str] = []
+    assert dataset_main(cfg, out, on_record=lambda r: resumed.append(r["id"]), loaded=loaded) == 0
+    assert len(resumed) == 3 and not set(resumed) & set(seen)  # rows already written were not recomputed
+    assert (out / "results.jsonl").read_text().startswith(first_two)
+    assert len(loaded) == 2  # the method's engine and the baseline's, started once for both runs
+
+    records, want = lines(out / "results.jsonl"), {r["id"]: r for r in lines(hf_out / "results.jsonl")}
+    assert [r["id"] for r in records] == list(want) and all(r["backend"] == "vllm" for r in records)
+    assert all(r["backend"] == "hf" for r in want.values())
+    tokenizer, side = load_tokenizer(str(member_dirs["small"])), hf_sides["cd2"]  # cd2: the same members and cd
+    for r in records:
+        ids = encode(tokenizer, r["prompt"], False, -1)
+        for got, hf in ((r["token_ids"], want[r["id"]]["token_ids"]),
+                        (r["baseline"]["token_ids"], want[r["id"]]["baseline"]["token_ids"])):
+            assert_greedy_equal(got, hf, lambda j, got=got: side.log_r(ids + got[:j], GREEDY)[-1])
+        assert r["output"] == tokenizer.decode(r["token_ids"], skip_special_tokens=True)
+        assert r["baseline"]["drafted"] == 0 and r["gamma"] == [1, 3] and r["bonus"] == "exact"
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backend"] == "vllm" and summary["complete"] and summary["method"] == "cd_sd"
+    assert 0 < summary["accepted"] < summary["drafted"] and summary["tokens_per_second"] > 0
+    c = summary["compare_with"]
+    assert c["method"] == "cd" and c["identical"] == c["greedy_compared"] == 5
+    # another backend is another configuration: resuming the vLLM folder on hf is refused, naming it
+    capsys.readouterr()
+    assert dataset_main(composed(overrides), out) == 2
+    assert "backend: 'vllm' -> 'hf'" in capsys.readouterr().err
+
+
+def test_main_case_on_vllm(overrides, loaded, tmp_path, capsys):
+    cfg = composed([*overrides[:-3], *VLLM, "input='def add(a, b):'", f"save_path={tmp_path}"], "default_case")
+    assert case_main(cfg, tmp_path, loaded=loaded) == 0
+    assert "greedy identical: True" in capsys.readouterr().out
+    case = json.loads((tmp_path / "case.json").read_text())
+    assert case["backend"] == "vllm" and 0 < case["tokens"] == len(case["token_ids"]) <= 12 and case["drafted"] > 0
