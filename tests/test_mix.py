@@ -197,7 +197,8 @@ def test_adaptive_schedule_drafts_what_the_cost_model_prefers():
     for t, expected in (([0.39, 1.0], 1), ([1.0, 1.0], 0)):
         schedule = Schedule("adaptive", 5, 1)
         schedule.rounds, schedule.last_run = 1, {5: 1, 0: 1, 1: 1}  # the first probes are done
-        schedule.observe(1000, 700)
+        for accepted in [1] * 700 + [0] * 300:  # rounds of one foreign draft, accepted at β = 0.7
+            schedule.observe(1, accepted)
         rate = lambda m, beta: mixture_rate([0.5, 0.5], 0, m, 5, beta, lambda i, n: t[i])
         assert schedule.length(CallCosts(), [CallCosts()], True, rate) == expected
 

@@ -223,12 +223,24 @@ def test_schedule_fixed_always_gamma_adaptive_measures_then_chooses():
     drafter = CallCosts({1: 0.3})
     first = [adaptive.length(drafter, [verifier], True) for _ in range(3)]
     assert first == [5, 0, 1]  # measure the plan, a standard round, the shortest draft
-    adaptive.observe(5, 0)  # nothing accepted
-    adaptive.observe(20, 0)
+    for _ in range(20):
+        adaptive.observe(5, 0)  # nothing accepted
     assert adaptive.alpha < 0.1
     assert adaptive.length(drafter, [verifier], True) == 0
     with pytest.raises(ValueError, match="unknown schedule"):
         Schedule("greedy", 5, 1)
+
+
+def test_schedule_alpha_counts_only_drafts_that_were_tested():
+    """A round stops at its first rejection: the drafts after it say nothing about α. Rounds of 5 drafts
+    accepted independently at 0.9 must read as 0.9 (accepted / drafted would read about 0.74)."""
+    generator = torch.Generator().manual_seed(0)
+    schedule = Schedule("adaptive", 5, 1)
+    for _ in range(4000):
+        accepted = torch.rand(5, generator=generator) < 0.9
+        schedule.observe(5, int(accepted.cumprod(0).sum()))
+    assert schedule.alpha == pytest.approx(0.9, abs=0.01)  # sd of the estimate ~0.003 here
+    assert schedule.accepted / schedule.drafted < 0.8
 
 
 def test_adaptive_schedule_is_exact_greedy_and_refused_for_standard_methods(models):
