@@ -28,6 +28,7 @@ from lm_eval.api.registry import get_model  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "src" / "cos" / "lm_eval" / "tasks"
 PAIR = "tiny-expert|tiny-amateur"
 PROMPTS = ["Q: 2 + 3 = ?\nA:", "Q: the capital of France?\nA:", "Q: spell cat\nA:"]
 MAX_GEN_TOKS = 12
@@ -84,6 +85,7 @@ def task_dir(tmp_path_factory, model_root):
 
 
 def evaluate(task_dir, model_args: str) -> dict:
+    """The local task through lm-eval's evaluator, the model built from its name and argument string."""
     return lm_eval.simple_evaluate(model="cos", model_args=model_args, tasks=["tiny_copy"],
                                    task_manager=TaskManager(include_path=str(task_dir), include_defaults=False), log_samples=True)
 
@@ -105,6 +107,13 @@ def test_every_method_gives_the_standard_greedy_outputs_and_their_score(task_dir
     results = evaluate(folder, f"members={PAIR},method={method},dtype=float32,threads=1,kernels=false{extra}")
     got, targets = responses(results)
     assert got == expected
+    if "_" in method:  # token for token too: the standard method run beside it on the same requests
+        lm = get_model("cos").create_from_arg_string(
+            f"members={PAIR},method={method},dtype=float32,threads=1,kernels=false,compare_with=standard{extra}")
+        lm.generate_until([Instance("generate_until", {}, (p, {"until": ["Q:"], "max_gen_toks": MAX_GEN_TOKS}), i)
+                           for i, p in enumerate(PROMPTS)])
+        compared = lm.tally.summary()["compare_with"]
+        assert compared["method"] == family and compared["identical"] == compared["greedy_compared"] == len(PROMPTS)
     implied = sum(g == t for g, t in zip(got, targets)) / len(got)
     assert results["results"]["tiny_copy"]["exact_match,none"] == pytest.approx(implied)
     if family == "cd":
@@ -125,6 +134,22 @@ def test_statistics_are_logged_and_compare_with_measures_the_speedup(task_dir, c
     assert s["measured_speedup"] is not None
     assert any("cd_chef: 3 requests" in r.message and "acceptance rate" in r.message and "measured speedup" in r.message
                for r in caplog.records)
+
+
+def test_the_shipped_gsm8k_task_reads_local_files(model_root, tmp_path):
+    """src/cos/lm_eval/tasks/gsm8k_local.yaml: lm-eval's gsm8k with its rows from a local folder (no hub)."""
+    rows = [{"question": f"Tom has {i} apples and buys {i + 1} more. How many now?", "answer": f"{i} + {i + 1}\n#### {2 * i + 1}"}
+            for i in range(7)]
+    for split, chosen in (("train", rows[:5]), ("test", rows[5:])):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen))
+    manager = TaskManager(include_path=str(TASKS), include_defaults=False, metadata={"gsm8k_dir": str(tmp_path)})
+    results = lm_eval.simple_evaluate(model="cos", model_args=f"members={PAIR},method=cd_chef,dtype=float32,kernels=false",
+                                      tasks=["gsm8k_local"], task_manager=manager, gen_kwargs="max_gen_toks=4",
+                                      log_samples=True)
+    samples = results["samples"]["gsm8k_local"]
+    assert {s["doc"]["question"] for s in samples} == {r["question"] for r in rows[5:]}  # one sample per filter
+    assert all(s["arguments"][0][0].count("Question:") == 6 for s in samples)  # 5 shots from train.jsonl + the question
+    assert "exact_match,strict-match" in results["results"]["gsm8k_local"]
 
 
 # ----------------------------------------------------------------- loglikelihood: log r by hand
