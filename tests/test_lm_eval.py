@@ -268,5 +268,6 @@ def test_lm_eval_command_line_runs_the_local_task(task_dir, model_root, tmp_path
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tiny_copy" in proc.stdout and "exact_match" in proc.stdout
+    assert "cd_chef: 3 requests" in proc.stderr and "acceptance rate" in proc.stderr  # the engine's statistics
     result = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())
     assert result["results"]["tiny_copy"]["exact_match,none"] == pytest.approx(2 / 3)
