@@ -145,6 +145,8 @@ def parse_model_args(args: Mapping) -> ModelArgs:
         # lm-eval's CLI passes --device cuda:0 unless told otherwise; its HF model then falls back the same way
         log.warning("device=%s: CUDA is not available here, members load on the CPU (device=auto)", args["device"])
         args["device"] = "auto"
+    max_gen_toks = positive_int("max_gen_toks", args.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+    max_length = None if args.get("max_length") is None else positive_int("max_length", args["max_length"], 2)
     members = split_list("members", args["members"])
     cfg = run_dict(args, members)
     try:
@@ -158,8 +160,5 @@ def parse_model_args(args: Mapping) -> ModelArgs:
         raise FileNotFoundError(f"lm_eval --model cos: {e}") from None
     except ValueError as e:
         raise fail(as_model_args_message(str(e))) from None
-    max_length = args.get("max_length")
     return ModelArgs(run=run, paths=paths, sampling={k: args[k] for k in SAMPLING_KEYS if k in args},
-                     max_gen_toks=positive_int("max_gen_toks", args.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)),
-                     max_length=None if max_length is None else positive_int("max_length", max_length, 2),
-                     batch_size=args.get("batch_size", 1))
+                     max_gen_toks=max_gen_toks, max_length=max_length, batch_size=args.get("batch_size", 1))
