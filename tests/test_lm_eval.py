@@ -132,6 +132,7 @@ def test_statistics_are_logged_and_compare_with_measures_the_speedup(task_dir, c
     assert s["prompts"] == len(PROMPTS) and s["drafted"] > 0 and s["acceptance_rate"] is not None
     assert s["compare_with"]["method"] == "cd" and s["compare_with"]["identical"] == len(PROMPTS)
     assert s["measured_speedup"] is not None
+    assert results["config"]["cos_statistics"]["drafted"] == s["drafted"]  # in lm-eval's results file too
     assert any("cd_chef: 3 requests" in r.message and "acceptance rate" in r.message and "measured speedup" in r.message
                for r in caplog.records)
 

@@ -59,6 +59,11 @@ class CoSLM(TemplateLM):
     def tokenizer_name(self) -> str:
         return getattr(self.tokenizer, "name_or_path", "cos").replace("/", "__")
 
+    def get_model_info(self) -> dict:
+        """Added by lm-eval to its results' config: the members, the method and the engine's statistics."""
+        return {"cos_method": self.args.run.method.method, "cos_members": list(self.args.paths),
+                "cos_statistics": self.tally.summary()}
+
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"lm_eval --model cos: --apply_chat_template, but the tokenizer of {self.args.paths[0]} "
