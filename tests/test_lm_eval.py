@@ -153,6 +153,17 @@ def test_the_shipped_gsm8k_task_reads_local_files(model_root, tmp_path):
     assert "exact_match,strict-match" in results["results"]["gsm8k_local"]
 
 
+def test_sampled_requests_follow_the_seed(model_root):
+    """do_sample: request i draws with seed + i, so a run repeats with its seed and changes with another."""
+    requests = [Instance("generate_until", {}, (p, {"until": ["Q:"], "max_gen_toks": MAX_GEN_TOKS, "do_sample": True,
+                                                    "temperature": 1.0}), i) for i, p in enumerate(PROMPTS)]
+    run = lambda seed: get_model("cos").create_from_arg_string(
+        f"members={PAIR},method=cd_chef,gamma=1|4,schedule=fixed,dtype=float32,kernels=false,seed={seed}"
+    ).generate_until(requests)
+    first = run(3)
+    assert run(3) == first and run(4) != first
+
+
 # ----------------------------------------------------------------- loglikelihood: log r by hand
 @functools.cache
 def hf_model(folder: Path):
