@@ -120,6 +120,11 @@ class Engine:
         lengths = range(1, max(self.plan.gammas) + 3)
         return sum(m.warm_up(lengths) for m in self.members if m.forward is not m.model)
 
+    @property
+    def combined_members(self) -> list[Member]:
+        """The members whose logits r combines, config order: all of them but sd's draft model."""
+        return self.members[:1] if self.plan.loop == "sd" else self.members
+
     # ---------------------------------------------------------------- generation
     def generate(self, prompt: str | Sequence[int], **options) -> Generation:
         """Generate until max_new_tokens / EOS / a stop string. Options as in `stream`."""
@@ -170,7 +175,7 @@ class Engine:
             m.threads = self.threads  # this engine's policy (engines may share members)
             m.prefill(seq)
         generator = None if params.greedy else torch.Generator(device=self.device).manual_seed(seed)
-        in_combination = [self.members[0]] if plan.loop == "sd" else self.members
+        in_combination = self.combined_members
         draft_model = self.members[1] if plan.loop == "sd" else None
         stats = GenerationStats(method=plan.method, gamma=plan.gammas, proposer=plan.proposer,
                                 bonus=plan.bonus if plan.loop == "naive" else "", draft_threshold=plan.draft_threshold,

@@ -11,11 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .build import build_engines
-from .compare import compare_tokens
 from .config import run_config
 from .results import prepare_output
-from .run import encode, generation_options, timed, warm_up
-from .summary import record_stats
+from .run import encode, generate_pair, generation_options, warm_up
 
 CASE_MAX_TOKENS = 128  # when method.generate.max_tokens is null
 
@@ -42,20 +40,15 @@ def _generate_case(built, run, text: str, stop: list[str], out_dir: Path) -> dic
     options = generation_options(run, CASE_MAX_TOKENS, stop, run.seed)
     if run.warmup:
         warm_up(built, ids, options, run.warmup)
-    result: dict = {"input": text, "backend": run.backend, "prompt_tokens": len(ids)}
-    if built.baseline is not None:
-        base, seconds = timed(built.baseline, ids, options)
-        result["baseline"] = {"method": built.baseline.plan.method, "output": base.text, **record_stats(base, seconds)}
-    out, seconds = timed(built.engine, ids, options)
-    result.update({"method": built.engine.plan.method, "output": out.text, **record_stats(out, seconds)})
-    print(out.text)
+    result: dict = {"input": text, "backend": run.backend, "prompt_tokens": len(ids),
+                    "method": built.engine.plan.method, **generate_pair(built, ids, options)}
+    print(result["output"])
     print("-" * 60)
     for key in ("method", "prompt_tokens", "tokens", "time", "tokens_per_second", "rounds", "drafted", "accepted",
                 "acceptance_rate", "mean_acceptance_length", "cost_ratio", "predicted_speedup", "stop_reason"):
         print(f"{key:>24}: {_show(result[key])}")
     if built.baseline is not None:
         b = result["baseline"]
-        result.update(compare_tokens(out.tokens, base.tokens, greedy=options["temperature"] == 0))
         speedup = result["tokens_per_second"] / b["tokens_per_second"] if b["tokens_per_second"] else None
         result["measured_speedup"] = speedup
         print(f"{'vs ' + b['method']:>24}: {b['tokens_per_second']:.2f} tokens/s, speedup {_show(speedup)}, "

@@ -86,21 +86,30 @@ def timed(engine, ids: list[int], options: dict):
     return out, time.perf_counter() - start
 
 
-def run_prompt(built: Built, run: RunConfig, adapter, example, index: int, ids: list[int], options: dict) -> dict:
-    """One prompt: baseline (if any) then the method, back to back; scored; one record."""
-    record = {"id": example.id, "index": index, "backend": run.backend, "prompt": example.prompt,
-              "prompt_tokens": len(ids)}
+def generate_pair(built: Built, ids: list[int], options: dict) -> dict:
+    """The baseline (if any) then the method on one prompt, back to back, same options: the record's
+    output and statistics, the baseline's under "baseline", and the greedy identity check."""
+    record: dict = {}
     baseline = None
     if built.baseline is not None:
         baseline, seconds = timed(built.baseline, ids, options)
-        base = {"method": built.baseline.plan.method, "output": baseline.text, **record_stats(baseline, seconds)}
+        record["baseline"] = {"method": built.baseline.plan.method, "output": baseline.text,
+                              **record_stats(baseline, seconds)}
     out, seconds = timed(built.engine, ids, options)
-    record.update({"output": out.text, **record_stats(out, seconds), "score": adapter.score(example, out.text)})
+    record.update({"output": out.text, **record_stats(out, seconds)})
     if baseline is not None:
-        same_text = baseline.text == out.text
-        base["score"] = record["score"] if same_text else adapter.score(example, baseline.text)
-        record["baseline"] = base
         record.update(compare_tokens(out.tokens, baseline.tokens, greedy=options["temperature"] == 0))
+    return record
+
+
+def run_prompt(built: Built, run: RunConfig, adapter, example, index: int, ids: list[int], options: dict) -> dict:
+    """One prompt: baseline (if any) then the method, back to back; scored; one record."""
+    record = {"id": example.id, "index": index, "backend": run.backend, "prompt": example.prompt,
+              "prompt_tokens": len(ids), **generate_pair(built, ids, options)}
+    record["score"] = adapter.score(example, record["output"])
+    base = record.get("baseline")
+    if base is not None:
+        base["score"] = record["score"] if base["output"] == record["output"] else adapter.score(example, base["output"])
     return record
 
 
