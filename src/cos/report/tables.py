@@ -49,11 +49,11 @@ def _published_roles(grid: Grid, table: dict, fam: str, paper: str | None, t: fl
 
 
 def _rows(grid: Grid, fam: str):
-    """(pair, T, the pair's methods of this family, paper pair name) in grid order."""
+    """(pair, T, the pair's methods of this family that run at T, paper pair name) in grid order."""
     for pair in grid.pairs.values():
         methods = [m for m in pair.methods if family(m) == fam]
-        for t in grid.temperatures.get(fam, []) if methods else []:
-            yield pair, t, methods, pair.paper_pair.get(fam)
+        for t in dict.fromkeys(t for m in methods for t in grid.temperatures_of(m)):
+            yield pair, t, [m for m in methods if t in grid.temperatures_of(m)], pair.paper_pair.get(fam)
 
 
 def speedup_table(results: list[dict], grid: Grid, fam: str) -> list[dict]:
