@@ -26,6 +26,7 @@ if importlib.util.find_spec("cos") is None:  # a checkout without `pip install -
     sys.path.insert(0, str(ROOT / "src"))
 
 from cos.report import cell_dir, cell_state, expand, load_grid, readme_snippet, run_cells, write_report  # noqa: E402
+from cos.report.runs import BUSY_RETRIES  # noqa: E402
 from cos.runner.cli import USER_ERRORS, load_env  # noqa: E402
 from cos.runner.resolve import resolve_model  # noqa: E402
 
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list the cells and how many are done; run nothing")
     parser.add_argument("--report-only", action="store_true", help="rebuild the report from existing runs")
     parser.add_argument("--readme-snippet", action="store_true", help="also write <report>/README_snippet.md")
+    parser.add_argument("--busy-retries", type=int, default=BUSY_RETRIES,
+                        help=f"re-run a cell measured on a busy machine at most this many times (default {BUSY_RETRIES})")
     args = parser.parse_args(argv)
     # 1. the whole grid checked, every cell's configuration included, before anything runs
     try:
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     if not args.report_only:
         try:
-            failures = run_cells(cells, out, echo=lambda line: print(line, flush=True))
+            failures = run_cells(cells, out, echo=lambda line: print(line, flush=True), busy_retries=args.busy_retries)
         except KeyboardInterrupt:
             print("interrupted: finished cells and prompts are kept; rerun the same command to resume", file=sys.stderr)
             return 130
