@@ -225,3 +225,17 @@ def test_cpu_medium_grid_validates_with_16_prompts_x_64_tokens_everywhere(tmp_pa
         (m, t) for m in ("cd_sd", "cd_chef", "we_sd", "we_chef") for t in (0, 1)} | {("we_mix", 1), ("we_mix_sd", 1)}
     assert load_script().main(["--grid", "cpu-medium", "--out", str(tmp_path / "r"), "--dry-run"]) == 0
     assert "30 cells: 0 done, 0 partial, 30 to run, 0 stale" in capsys.readouterr().out
+
+
+def test_readme_snippet_replaces_only_the_grids_section(tmp_path):
+    from cos.report import readme_markers, update_readme
+
+    start, end = readme_markers("cpu-medium")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nbefore\n{start}\nold table\n{end}\nafter\n")
+    assert update_readme(readme, "cpu-medium", "new table\n")
+    assert readme.read_text() == f"# title\n\nbefore\n{start}\nnew table\n{end}\nafter\n"
+    assert not update_readme(readme, "cpu-small", "x\n")  # no markers for that grid: untouched
+    assert "x\n" not in readme.read_text()
+    shipped = (ROOT / "README.md").read_text()
+    assert start in shipped and end in shipped.split(start, 1)[1]

@@ -9,10 +9,10 @@ plots.py     the tables' data -> matplotlib PNGs (Agg canvas)
 document.py  report.md, report.json, the plots, README_snippet.md
 """
 
-from .document import readme_snippet, write_report
+from .document import readme_markers, readme_snippet, update_readme, write_report
 from .cells import Cell, expand
 from .grid import Grid, load_grid
 from .runs import cell_dir, cell_state, run_cells
 
-__all__ = ["Cell", "Grid", "cell_dir", "cell_state", "expand", "load_grid", "readme_snippet", "run_cells",
-           "write_report"]
+__all__ = ["Cell", "Grid", "cell_dir", "cell_state", "expand", "load_grid", "readme_snippet", "readme_markers",
+           "run_cells", "update_readme", "write_report"]

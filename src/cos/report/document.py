@@ -136,3 +136,20 @@ def readme_snippet(data: dict, grid: Grid, out: Path, root: Path) -> str:
     for fam in [f for f in ("cd", "we") if f"speedup_{f}" in data["plots"]][:1]:  # one plot: CD when there is one
         lines += _figure(data, f"speedup_{fam}", f"{FAMILY_NAMES[fam]} speedups", prefix)
     return "\n".join(lines) + "\n"
+
+
+def readme_markers(name: str) -> tuple[str, str]:
+    """The comments that fence a grid's generated results section in README.md."""
+    return f"<!-- reproduce:{name} -->", f"<!-- /reproduce:{name} -->"
+
+
+def update_readme(readme: Path, name: str, snippet: str) -> bool:
+    """Replace what README.md holds between the grid's markers with the snippet; False when it has none."""
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    start, end = readme_markers(name)
+    if start not in text or end not in text.split(start, 1)[1]:
+        return False
+    head, rest = text.split(start, 1)
+    readme.write_text(f"{head}{start}\n{snippet}{end}{rest.split(end, 1)[1]}", encoding="utf-8")
+    return True
+
