@@ -27,8 +27,8 @@ CONFIGS = ROOT / "configs"
 if importlib.util.find_spec("cos") is None:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT / "src"))
 
-from cos.report import (cell_dir, cell_state, expand, load_grid, readme_markers, readme_snippet, run_cells,  # noqa: E402
-                        update_readme, write_report)
+from cos.report import (cell_dir, cell_state, expand, load_grid, readme_markers,  # noqa: E402
+                        readme_snippet, run_cells, update_readme, write_report)
 from cos.report.runs import BUSY_RETRIES  # noqa: E402
 from cos.runner.cli import USER_ERRORS, load_env  # noqa: E402
 from cos.runner.resolve import resolve_model  # noqa: E402
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme-snippet", action="store_true",
                         help="also write <report>/README_snippet.md, and into README.md between the grid's markers")
     parser.add_argument("--busy-retries", type=int, default=BUSY_RETRIES,
-                        help=f"re-run a cell measured on a busy machine at most this many times (default {BUSY_RETRIES})")
+                        help=f"re-run a cell measured on a busy machine at most this many times "
+                             f"(default {BUSY_RETRIES})")
     args = parser.parse_args(argv)
     # 1. the whole grid checked, every cell's configuration included, before anything runs
     try:

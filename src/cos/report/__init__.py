@@ -2,7 +2,9 @@
 
 grid.py      load and check a grid YAML (configs/reproduce/)
 cells.py     expand a grid into cells, each with its checked run configuration
-runs.py      run the cells (skip finished, resume partial, one failure never stops the rest); read results
+runs.py      run the cells (skip finished, resume partial, re-run busy ones, one failure never stops the rest);
+             read results
+intervals.py 95% intervals from per-prompt records: paired bootstrap speedup, Wilson / bootstrap quality
 paper.py     the published numbers of the CoS paper (../shared/docs/PAPER_RESULTS.md) as data
 tables.py    results -> the paper's tables: their data (report.json) and markdown (report.md)
 plots.py     the tables' data -> matplotlib PNGs (Agg canvas)

@@ -105,7 +105,8 @@ def markdown(data: dict, grid: Grid) -> str:
               "Per main cell, on the same prompts: the metric with its 95% interval (Wilson for pass@1 / accuracy, "
               "bootstrap for ROUGE), and at T = 0 how many prompts' outputs were token-identical to the standard "
               "method's.", "", *quality_markdown(results)]
-    lines += ["", "## Every cell", "", "Folders: `runs/<cell>/` (results.jsonl, config.yaml, summary.json, loads.jsonl). Machine: the load "
+    lines += ["", "## Every cell", "",
+              "Folders: `runs/<cell>/` (results.jsonl, config.yaml, summary.json, loads.jsonl). Machine: the load "
               "average before → after the kept measurement and the cores other processes used meanwhile.", "",
               *cells_markdown(results)]
     missing = [r for r in results if r["status"] != "done"]

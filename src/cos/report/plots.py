@@ -1,9 +1,9 @@
 """The tables' data (tables.py) -> PNG figures with matplotlib's Agg canvas (no display, no pyplot state).
 
 speedup_<family>.png: grouped bars per dataset, our best-γ speedups with their bootstrap 95% intervals as
-error bars, the paper's beside them (hatched, same colour) where the pair is the paper's. <param>_sweep.png: measured (solid) and predicted
-(dashed) speedup against the swept value, one colour per series. Every figure carries a caption with
-the grid file and the command that produced it.
+error bars, the paper's beside them (hatched, same colour) where the pair is the paper's.
+<param>_sweep.png: measured (solid) and predicted (dashed) speedup against the swept value, one colour per
+series. Every figure carries a caption with the grid file and the command that produced it.
 """
 
 from __future__ import annotations
