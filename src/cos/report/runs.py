@@ -87,8 +87,8 @@ def measure(cell: Cell, folder: Path, loaded: dict, retries: int, echo: Callable
             return
         retries -= 1
         aside = folder / f"results.busy{attempt}.jsonl"
+        (folder / SUMMARY).unlink()  # first: a folder with a summary but no results would read as done
         os.replace(folder / RESULTS, aside)
-        (folder / SUMMARY).unlink()
         echo(f"{head}: machine busy (other processes used {load.get('others_cores') or 0:.1f} of {load['cores']} "
              f"cores; results kept as {aside.name}): running it again")
 
