@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from cos.engine import plan_from_kwargs
 from cos.loading import load_member, load_tokenizer, use_kernels
 from cos.member import Member
 from cos.models.packaged import packaged_model_dir
+from cos.report.intervals import wilson
 
 METHODS = ("we", "we_sd", "we_chef", "we_mix", "we_mix_sd")
 
@@ -98,15 +98,6 @@ def load_prompts(args) -> dict[str, tuple[object, list]]:
         path = Path(args.data_root) / name
         out[name] = (ds, ds.load(str(path) if path.exists() else None, args.prompts, seed=0))
     return out
-
-
-def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return ((centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n))
 
 
 def generate(engine: Engine, ds, example, args, seed: int):

@@ -3,7 +3,9 @@
     python scripts/reproduce.py --grid cpu-small                  # run (or resume) every cell, then report
     python scripts/reproduce.py --grid cpu-small --dry-run        # list the cells and what is done; load nothing
     python scripts/reproduce.py --grid cpu-small --report-only    # rebuild the report from the runs on disk
-    python scripts/reproduce.py --grid cpu-small --readme-snippet # also write <report>/README_snippet.md
+    python scripts/reproduce.py --grid cpu-small --readme-snippet # also write <report>/README_snippet.md, and put
+                                                                  # it in README.md between <!-- reproduce:<grid> -->
+                                                                  # and <!-- /reproduce:<grid> --> where those are
     python scripts/reproduce.py --grid path/to/grid.yaml --out reports/mine
 
 A grid is configs/reproduce/<name>.yaml or any YAML file (the layout is documented in cpu-small.yaml).
@@ -25,7 +27,9 @@ CONFIGS = ROOT / "configs"
 if importlib.util.find_spec("cos") is None:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(ROOT / "src"))
 
-from cos.report import cell_dir, cell_state, expand, load_grid, readme_snippet, run_cells, write_report  # noqa: E402
+from cos.report import (cell_dir, cell_state, expand, load_grid, readme_markers,  # noqa: E402
+                        readme_snippet, run_cells, update_readme, write_report)
+from cos.report.runs import BUSY_RETRIES  # noqa: E402
 from cos.runner.cli import USER_ERRORS, load_env  # noqa: E402
 from cos.runner.resolve import resolve_model  # noqa: E402
 
@@ -61,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="the report folder (default: reports/<grid name>/)")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and how many are done; run nothing")
     parser.add_argument("--report-only", action="store_true", help="rebuild the report from existing runs")
-    parser.add_argument("--readme-snippet", action="store_true", help="also write <report>/README_snippet.md")
+    parser.add_argument("--readme-snippet", action="store_true",
+                        help="also write <report>/README_snippet.md, and into README.md between the grid's markers")
+    parser.add_argument("--busy-retries", type=int, default=BUSY_RETRIES,
+                        help=f"re-run a cell measured on a busy machine at most this many times "
+                             f"(default {BUSY_RETRIES})")
     args = parser.parse_args(argv)
     # 1. the whole grid checked, every cell's configuration included, before anything runs
     try:
@@ -78,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     if not args.report_only:
         try:
-            failures = run_cells(cells, out, echo=lambda line: print(line, flush=True))
+            failures = run_cells(cells, out, echo=lambda line: print(line, flush=True), busy_retries=args.busy_retries)
         except KeyboardInterrupt:
             print("interrupted: finished cells and prompts are kept; rerun the same command to resume", file=sys.stderr)
             return 130
@@ -88,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     done = sum(r["status"] == "done" for r in data["cells"])
     print(f"report: {out / 'report.md'} ({done}/{len(cells)} cells with results)")
     if args.readme_snippet:
-        (out / "README_snippet.md").write_text(readme_snippet(data, grid, out, ROOT), encoding="utf-8")
+        snippet = readme_snippet(data, grid, out, ROOT)
+        (out / "README_snippet.md").write_text(snippet, encoding="utf-8")
         print(f"README snippet: {out / 'README_snippet.md'}")
+        readme = ROOT / "README.md"
+        if args.out is None and update_readme(readme, grid.name, snippet):  # the repository's own report only
+            print(f"README.md: results section between {' and '.join(readme_markers(grid.name))} regenerated")
     for cell_id, message in failures:
         print(f"failed: {cell_id}: {message}", file=sys.stderr)
     return 1 if failures else 0

@@ -78,7 +78,7 @@ def report(tmp_path_factory, model_root):
     folder = tmp_path_factory.mktemp("grid")
     grid = write(folder / "tiny.yaml", tiny_grid(folder))
     out = folder / "report"
-    argv = ["--grid", str(grid), "--out", str(out), "--readme-snippet"]
+    argv = ["--grid", str(grid), "--out", str(out), "--readme-snippet", "--busy-retries", "0"]  # tiny: no timing
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MODEL_PATH", str(model_root))
         torch.set_num_threads(1)
@@ -122,7 +122,9 @@ def test_grid_runs_to_a_report_whose_numbers_are_the_summaries(report):
         for dataset, cell in r["cells"].items():
             s = summary(out, cell["id"])
             assert cell["measured_speedup"] == s["measured_speedup"] and cell["acceptance_rate"] == s["acceptance_rate"]
-            text = (f"{s['measured_speedup']:.2f} (α {rate(s['acceptance_rate'])}, "
+            low, high = cell["speedup_interval"]
+            assert low <= s["measured_speedup"] <= high
+            text = (f"{s['measured_speedup']:.2f} [{low:.2f}, {high:.2f}] (α {rate(s['acceptance_rate'])}, "
                     f"pred {s['predicted_speedup']:.2f}, γ3)")
             assert text in md, text
     # raw tokens/s: standard (the CoS cell's baseline) -> SD -> CoS

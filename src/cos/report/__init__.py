@@ -2,17 +2,19 @@
 
 grid.py      load and check a grid YAML (configs/reproduce/)
 cells.py     expand a grid into cells, each with its checked run configuration
-runs.py      run the cells (skip finished, resume partial, one failure never stops the rest); read results
+runs.py      run the cells (skip finished, resume partial, re-run busy ones, one failure never stops the rest);
+             read results
+intervals.py 95% intervals from per-prompt records: paired bootstrap speedup, Wilson / bootstrap quality
 paper.py     the published numbers of the CoS paper (../shared/docs/PAPER_RESULTS.md) as data
 tables.py    results -> the paper's tables: their data (report.json) and markdown (report.md)
 plots.py     the tables' data -> matplotlib PNGs (Agg canvas)
 document.py  report.md, report.json, the plots, README_snippet.md
 """
 
-from .document import readme_snippet, write_report
+from .document import readme_markers, readme_snippet, update_readme, write_report
 from .cells import Cell, expand
 from .grid import Grid, load_grid
 from .runs import cell_dir, cell_state, run_cells
 
-__all__ = ["Cell", "Grid", "cell_dir", "cell_state", "expand", "load_grid", "readme_snippet", "run_cells",
-           "write_report"]
+__all__ = ["Cell", "Grid", "cell_dir", "cell_state", "expand", "load_grid", "readme_snippet", "readme_markers",
+           "run_cells", "update_readme", "write_report"]

@@ -65,7 +65,7 @@ def expand(grid: Grid, config_dir: Path) -> list[Cell]:
     for pair in grid.pairs.values():
         for dataset in grid.datasets:
             for method in pair.methods:
-                for t in grid.temperatures[family(method)]:
+                for t in grid.temperatures_of(method):
                     for gamma in [1] if LOOPS[method] in DRAFTLESS else pair.gammas:  # ME drafts nothing: one cell
                         add(cell(pair, dataset, method, t, gamma))
     for sweep in grid.sweeps:

@@ -1,7 +1,9 @@
 """One report folder from a grid's cells: report.md (paper-style tables, plots embedded), report.json
 (the data behind every table), the PNG plots, and on request README_snippet.md.
 
-Built from the files in <report>/runs/ only, so a rebuild (--report-only) gives the same report.
+Built from the files in <report>/runs/, so a rebuild (--report-only) gives the same report. A cell whose
+run folder is gone (runs/ is not committed) keeps the result an earlier report.json holds for the same
+cell id, as it is: reports written before intervals and load existed show those as n/a.
 """
 
 from __future__ import annotations
@@ -14,14 +16,35 @@ from .cells import Cell, cell_command
 from .grid import Grid
 from .plots import speedup_plot, sweep_plot
 from .runs import cell_dir, cell_result
-from .tables import (FAMILY_NAMES, PARAM_NAMES, ablation_markdown, cells_markdown, speedup_markdown,
-                     sweep_markdown, tables, tokens_markdown)
+from .tables import (BUSY, FAMILY_NAMES, PARAM_NAMES, ablation_markdown, cells_markdown, quality_markdown,
+                     speedup_markdown, sweep_markdown, tables, tokens_markdown)
 
 TABLE_STYLE = {"we": "Table 2 style", "cd": "Tables 3, 4 style"}
 
 
+def earlier_results(out: Path) -> dict[str, dict]:
+    """Cell id -> the finished cells of the report.json already in out (none: {})."""
+    path = out / "report.json"
+    if not path.is_file():
+        return {}
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (json.JSONDecodeError, AttributeError):
+        return {}
+    return {r["id"]: r for r in cells if isinstance(r, dict) and r.get("status") == "done" and "id" in r}
+
+
+def _result(cell: Cell, grid: Grid, out: Path, earlier: dict[str, dict]) -> dict:
+    """The cell's result from its run folder; a cell never run there keeps its earlier report.json result."""
+    result = {**cell_result(cell, out), "command": cell_command(cell, grid, cell_dir(out, cell))}
+    if result["status"] == "todo" and not result["prompts"] and cell.id in earlier:
+        return {**earlier[cell.id], "main": cell.main, "sweeps": cell.sweeps}
+    return result
+
+
 def report_data(grid: Grid, cells: list[Cell], out: Path, command: str, grid_file: str) -> dict:
-    results = [{**cell_result(c, out), "command": cell_command(c, grid, cell_dir(out, c))} for c in cells]
+    earlier = earlier_results(out)
+    results = [_result(c, grid, out, earlier) for c in cells]
     return {"name": grid.name, "grid": grid_file, "description": grid.description, "command": command,
             "cells": results, "tables": tables(results, grid), "plots": {}}
 
@@ -58,7 +81,9 @@ def markdown(data: dict, grid: Grid) -> str:
               f"α = acceptance rate; pred = the speedup ALGORITHM.md §6 predicts from the measured α and cost "
               f"ratio c; γ = the proposer's proposal length (every other member 1) that gave the best measured "
               f"speedup, of {gammas}. SD = Naive-CoS (a fixed proposer verified against r), as in the paper. "
-              f"WE: λ = {grid.lam:g} (two members); CD: μ (method.alpha) = {grid.alpha:g}."]
+              f"WE: λ = {grid.lam:g} (two members); CD: μ (method.alpha) = {grid.alpha:g}. "
+              f"[low, high]: the paired bootstrap 95% interval of the speedup over prompts ([n/a]: no per-prompt "
+              f"data); {BUSY.strip()}: measured while other processes kept the machine busy, after the retries."]
     for fam, rows in t["speedup"].items():
         lines += ["", f"## {FAMILY_NAMES[fam]} speedups ({TABLE_STYLE[fam]})", "", *speedup_markdown(rows, grid, fam)]
         lines += _figure(data, f"speedup_{fam}", f"{FAMILY_NAMES[fam]} speedups")
@@ -76,7 +101,13 @@ def markdown(data: dict, grid: Grid) -> str:
     for param, series in t["sweeps"].items():
         lines += ["", f"### {PARAM_NAMES[param]} sweep", "", *sweep_markdown(series, param)]
         lines += _figure(data, f"{param}_sweep", f"{PARAM_NAMES[param]} sweep")
-    lines += ["", "## Every cell", "", "Folders: `runs/<cell>/` (results.jsonl, config.yaml, summary.json).", "",
+    lines += ["", "## Quality: standard vs accelerated", "",
+              "Per main cell, on the same prompts: the metric with its 95% interval (Wilson for pass@1 / accuracy, "
+              "bootstrap for ROUGE), and at T = 0 how many prompts' outputs were token-identical to the standard "
+              "method's.", "", *quality_markdown(results)]
+    lines += ["", "## Every cell", "",
+              "Folders: `runs/<cell>/` (results.jsonl, config.yaml, summary.json, loads.jsonl). Machine: the load "
+              "average before → after the kept measurement and the cores other processes used meanwhile.", "",
               *cells_markdown(results)]
     missing = [r for r in results if r["status"] != "done"]
     if missing:
@@ -106,3 +137,20 @@ def readme_snippet(data: dict, grid: Grid, out: Path, root: Path) -> str:
     for fam in [f for f in ("cd", "we") if f"speedup_{f}" in data["plots"]][:1]:  # one plot: CD when there is one
         lines += _figure(data, f"speedup_{fam}", f"{FAMILY_NAMES[fam]} speedups", prefix)
     return "\n".join(lines) + "\n"
+
+
+def readme_markers(name: str) -> tuple[str, str]:
+    """The comments that fence a grid's generated results section in README.md."""
+    return f"<!-- reproduce:{name} -->", f"<!-- /reproduce:{name} -->"
+
+
+def update_readme(readme: Path, name: str, snippet: str) -> bool:
+    """Replace what README.md holds between the grid's markers with the snippet; False when it has none."""
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    start, end = readme_markers(name)
+    if start not in text or end not in text.split(start, 1)[1]:
+        return False
+    head, rest = text.split(start, 1)
+    readme.write_text(f"{head}{start}\n{snippet}{end}{rest.split(end, 1)[1]}", encoding="utf-8")
+    return True
+

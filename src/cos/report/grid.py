@@ -77,11 +77,15 @@ class Grid:
     description: str
     pairs: dict[str, Pair]
     datasets: dict[str, Dataset]
-    temperatures: dict[str, list[float]]  # family -> temperatures
+    temperatures: dict[str, list[float]]  # family (or a method, overriding its family) -> temperatures
     lam: float
     alpha: float
     sweeps: list[Sweep]
     run: dict
+
+    def temperatures_of(self, method: str) -> list[float]:
+        """The temperatures a method runs at: its own entry, else its family's."""
+        return self.temperatures.get(method, self.temperatures.get(family(method), []))
 
 
 # --- checks: one line naming the key ----------------------------------------------------------------
@@ -188,11 +192,12 @@ def _dataset(name: str, raw, root: Path) -> Dataset:
 
 
 def _temperatures(raw) -> dict[str, list[float]]:
-    """A list for every family, or {we: [...], cd: [...]}."""
+    """A list for every family, or {we: [...], cd: [...]}; a method's own entry (we_mix: [1]) overrides its
+    family's for that method."""
     raw = raw if isinstance(raw, Mapping) else {fam: raw for fam in FAMILIES}
-    _mapping(raw, "temperatures", FAMILIES)
-    return {fam: [_number(t, f"temperatures.{fam}") for t in _list(ts, f"temperatures.{fam}")]
-            for fam, ts in raw.items()}
+    _mapping(raw, "temperatures", FAMILIES + METHODS)
+    return {key: [_number(t, f"temperatures.{key}") for t in _list(ts, f"temperatures.{key}")]
+            for key, ts in raw.items()}
 
 
 def _sweep(param: str, i: int, raw, grid: Grid) -> Sweep:
@@ -208,7 +213,7 @@ def _sweep(param: str, i: int, raw, grid: Grid) -> Sweep:
     fitting = [n for n, p in grid.pairs.items() if method in p.methods and not (param == "lambda" and p.weights)]
     pairs = [_choice(p, f"{key}.pairs", fitting, f"pair running {method}")
              for p in _list(raw.get("pairs", fitting), f"{key}.pairs")]
-    default_t = grid.temperatures.get(family(method), [None])[0]
+    default_t = (grid.temperatures_of(method) or [None])[0]
     temperature = _number(raw.get("temperature", default_t), f"{key}.temperature")
     gamma = raw.get("gamma")
     if param == "gamma" and gamma is not None:
@@ -241,9 +246,9 @@ def load_grid(grid: str | Path, config_dir: Path) -> Grid:
                temperatures=_temperatures(raw["temperatures"]), lam=_number(raw.get("lambda", 0.5), "lambda", 0.0, 1.0),
                alpha=_number(raw.get("alpha", 0.1), "alpha"), sweeps=[], run=run)
     for pair in out.pairs.values():
-        missing = {family(m) for m in pair.methods} - set(out.temperatures)
+        missing = [m for m in pair.methods if not out.temperatures_of(m)]
         if missing:
-            raise ValueError(f"temperatures.{missing.pop()} is missing: pair {pair.name} runs that family")
+            raise ValueError(f"temperatures.{family(missing[0])} is missing: pair {pair.name} runs {missing[0]}")
     for param, sweeps in _mapping(raw.get("sweeps") or {}, "sweeps", tuple(SWEEP_FAMILY)).items():
         out.sweeps += [_sweep(param, i, s, out) for i, s in enumerate(_list(sweeps, f"sweeps.{param}"))]
     return out

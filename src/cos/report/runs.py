@@ -3,6 +3,11 @@
 A cell whose summary.json says complete, for the same configuration, is skipped without loading a
 model; a cell with a partial results.jsonl resumes (the runner's own resume). A failing cell is
 reported on one line and the others go on: no finished cell or prompt is lost.
+
+Load: the runner records how busy the machine was while the cell ran (machine.LoadMeter, summary.json
+`load`). A cell measured while other processes kept the machine busy is run again from scratch, at most
+`busy_retries` times; its busy results are kept aside as results.busy<k>.jsonl, every attempt's load is
+appended to loads.jsonl, and the last measurement is kept (flagged busy in the report if it still was).
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ from pathlib import Path
 import yaml
 
 from ..runner.cli import USER_ERRORS
-from ..runner.results import CONFIG, RESULTS, SUMMARY, differences
+from ..runner.results import CONFIG, RESULTS, SUMMARY, differences, read_records
 from ..runner.run import run_dataset
 from .cells import Cell
+from .intervals import cell_intervals
 
 RUNS = "runs"
+LOADS = "loads.jsonl"  # one line per attempt at a cell: {"attempt", "load"}
+BUSY_RETRIES = 2
 # summary.json keys copied into each cell's result (report.json), as they are
 SUMMARY_FIELDS = ("prompts", "selected", "measured_speedup", "acceptance_rate", "predicted_speedup",
                   "measured_over_predicted", "cost_ratio", "mean_acceptance_length", "tokens_per_second",
@@ -65,7 +73,28 @@ def one_line(error: BaseException) -> str:
     return text if isinstance(error, USER_ERRORS) else f"{type(error).__name__}: {text}"
 
 
-def run_cells(cells: list[Cell], out: Path, echo: Callable[[str], None] = print) -> list[tuple[str, str]]:
+def measure(cell: Cell, folder: Path, loaded: dict, retries: int, echo: Callable[[str], None], head: str) -> None:
+    """Run the cell; while its summary says the machine was busy and retries are left, set the busy
+    results aside (results.busy<k>.jsonl) and run it again. Every attempt's load goes to loads.jsonl."""
+    attempt = len(_loads(folder))
+    while True:
+        attempt += 1
+        summary = run_dataset(cell.config, folder, loaded=loaded)
+        load = summary.get("load")
+        with (folder / LOADS).open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"attempt": attempt, "load": load}) + "\n")
+        if not (load and load.get("busy")) or retries <= 0:
+            return
+        retries -= 1
+        aside = folder / f"results.busy{attempt}.jsonl"
+        (folder / SUMMARY).unlink()  # first: a folder with a summary but no results would read as done
+        os.replace(folder / RESULTS, aside)
+        echo(f"{head}: machine busy (other processes used {load.get('others_cores') or 0:.1f} of {load['cores']} "
+             f"cores; results kept as {aside.name}): running it again")
+
+
+def run_cells(cells: list[Cell], out: Path, echo: Callable[[str], None] = print,
+              busy_retries: int = BUSY_RETRIES) -> list[tuple[str, str]]:
     """Run every cell not yet done, in order; returns (cell id, one-line error) of the cells that failed."""
     failures = []
     loaded: dict = {}  # models, loaded once for every cell of this process
@@ -81,7 +110,7 @@ def run_cells(cells: list[Cell], out: Path, echo: Callable[[str], None] = print)
         try:
             if state.status == "stale":  # the runner would refuse too; say how to rerun it
                 raise ValueError(state.note)
-            run_dataset(cell.config, folder, loaded=loaded)
+            measure(cell, folder, loaded, busy_retries, echo, head)
         except KeyboardInterrupt:
             raise
         except Exception as e:  # noqa: BLE001 (one cell's failure must not stop the others)
@@ -92,6 +121,17 @@ def run_cells(cells: list[Cell], out: Path, echo: Callable[[str], None] = print)
             continue
         echo(f"{head} (done in {time.perf_counter() - start:.0f}s)")
     return failures
+
+
+def _loads(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (_read(folder / LOADS, str.splitlines) or []) if line.strip()]
+
+
+def load_fields(summary: dict | None, folder: Path) -> dict:
+    """How loaded the machine was while the kept measurement ran, and how many attempts it took."""
+    load = (summary or {}).get("load") or {}
+    return {"load": load or None, "busy": load.get("busy") if load else None,
+            "attempts": len(_loads(folder)) or None}
 
 
 def cell_result(cell: Cell, out: Path) -> dict:
@@ -109,6 +149,9 @@ def cell_result(cell: Cell, out: Path) -> dict:
                    "standard_tokens_per_second": compare.get("tokens_per_second"),
                    "standard_quality": compare.get("quality"), "identical": compare.get("identical"),
                    "greedy_compared": compare.get("greedy_compared")})
+    result.update(load_fields(summary, folder))
+    result.update(cell_intervals(read_records(folder / RESULTS)) if summary is not None else
+                  {"speedup_interval": None, "quality_interval": None, "standard_quality_interval": None})
     if summary is None:
         result["prompts"] = state.prompts
     return result

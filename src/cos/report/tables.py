@@ -31,7 +31,8 @@ def _best(results: list[dict], pair: str, dataset: str, method: str, t: float, g
 
 def _point(r: dict | None) -> dict | None:
     keys = ("id", "gamma", "measured_speedup", "acceptance_rate", "predicted_speedup")
-    return None if r is None else {k: r[k] for k in keys}
+    extra = ("speedup_interval", "busy")  # absent from reports written before they existed
+    return None if r is None else {**{k: r[k] for k in keys}, **{k: r.get(k) for k in extra}}
 
 
 def _paper(grid: Grid, values: dict | None) -> dict | None:
@@ -49,11 +50,11 @@ def _published_roles(grid: Grid, table: dict, fam: str, paper: str | None, t: fl
 
 
 def _rows(grid: Grid, fam: str):
-    """(pair, T, the pair's methods of this family, paper pair name) in grid order."""
+    """(pair, T, the pair's methods of this family that run at T, paper pair name) in grid order."""
     for pair in grid.pairs.values():
         methods = [m for m in pair.methods if family(m) == fam]
-        for t in grid.temperatures.get(fam, []) if methods else []:
-            yield pair, t, methods, pair.paper_pair.get(fam)
+        for t in dict.fromkeys(t for m in methods for t in grid.temperatures_of(m)):
+            yield pair, t, [m for m in methods if t in grid.temperatures_of(m)], pair.paper_pair.get(fam)
 
 
 def speedup_table(results: list[dict], grid: Grid, fam: str) -> list[dict]:
@@ -127,12 +128,22 @@ def rate(value) -> str:
     return DASH if value is None else f"{value:.2f}".replace("0.", ".", 1) if value < 1 else f"{value:.2f}"
 
 
+def interval(bounds, digits: int = 2) -> str:
+    """'[1.30, 1.55]', or '[n/a]' where no per-prompt data gave one (reports older than intervals)."""
+    return "[n/a]" if not bounds else f"[{num(bounds[0], digits)}, {num(bounds[1], digits)}]"
+
+
+BUSY = " ⚠busy"  # measured while other processes kept the machine busy (after the retries)
+
+
 def speedup_text(p: dict | None, with_gamma: bool = True) -> str:
-    """'1.42 (α .81, pred 1.55, γ5)': measured side by side, acceptance rate, ALGORITHM §6 prediction."""
+    """'1.42 [1.30, 1.55] (α .81, pred 1.55, γ5)': measured side by side with its paired bootstrap 95%
+    interval over prompts, acceptance rate, ALGORITHM §6 prediction; ' ⚠busy' if measured on a busy machine."""
     if p is None:
         return DASH
     gamma = f", γ{p['gamma']}" if with_gamma else ""
-    return f"{num(p['measured_speedup'])} (α {rate(p['acceptance_rate'])}, pred {num(p['predicted_speedup'])}{gamma})"
+    return (f"{num(p['measured_speedup'])} {interval(p.get('speedup_interval'))} (α {rate(p['acceptance_rate'])}, "
+            f"pred {num(p['predicted_speedup'])}{gamma})" + (BUSY if p.get("busy") else ""))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -214,18 +225,45 @@ def sweep_markdown(series: list[dict], param: str) -> list[str]:
         "", f"Paper: {FIGURES[param]}"]
 
 
-def quality_text(quality: dict | None) -> str:
-    return ", ".join(f"{k} {num(v, 3)}" for k, v in (quality or {}).items()) or DASH
+def quality_text(quality: dict | None, intervals: dict | None = None) -> str:
+    """'pass@1 0.500 [0.280, 0.720]' per metric (intervals: {metric: [low, high]}, when known)."""
+    with_ci = lambda k: "" if intervals is None else " " + interval(intervals.get(k), 3)  # noqa: E731
+    return ", ".join(f"{k} {num(v, 3)}{with_ci(k)}" for k, v in (quality or {}).items()) or DASH
+
+
+def identity_text(r: dict) -> str:
+    return f"{r['identical']}/{r['greedy_compared']}" if r.get("greedy_compared") else DASH
+
+
+def load_text(r: dict) -> str:
+    """'load 0.4 → 0.6, others 0.1 cores' of the kept measurement, ' ⚠busy' and the attempts when retried."""
+    load = r.get("load")
+    if not load:
+        return "n/a"
+    avg = lambda v: "?" if v is None else f"{v:.1f}"  # noqa: E731
+    text = f"load {avg(load.get('loadavg_before'))} → {avg(load.get('loadavg_after'))}"
+    text += "" if load.get("others_cores") is None else f", others {load['others_cores']:.2f} cores"
+    text += f" of {load.get('cores')}" + (BUSY if r.get("busy") else "")
+    return text + (f", {r['attempts']} attempts" if (r.get("attempts") or 0) > 1 else "")
+
+
+def quality_markdown(results: list[dict]) -> list[str]:
+    """Standard vs accelerated quality with 95% intervals (Wilson for 0/1 metrics, bootstrap for ROUGE),
+    and how many prompts' greedy outputs were token-identical, per main cell."""
+    rows = [[r["pair"], r["dataset"], f"{r['temperature']:g}", f"`{r['method']}` γ{r['gamma']}", str(r["prompts"]),
+             quality_text(r["standard_quality"], r.get("standard_quality_interval") or {}),
+             quality_text(r["quality"], r.get("quality_interval") or {}), identity_text(r)]
+            for r in results if r["main"] and r["status"] == "done"]
+    return _table(["pair", "dataset", "T", "method", "prompts", "standard", "accelerated", "greedy identical"], rows)
 
 
 def cells_markdown(results: list[dict]) -> list[str]:
-    header = ["cell", "prompts", "α", "c", "mean acc. len", "predicted", "measured", "measured / predicted",
-              "tok/s", "standard tok/s", "quality", "standard quality", "greedy identical"]
+    header = ["cell", "prompts", "α", "c", "mean acc. len", "predicted", "measured [95%]", "measured / predicted",
+              "tok/s", "standard tok/s", "quality", "standard quality", "greedy identical", "machine"]
     rows = [[r["id"], f"{r['prompts']}/{r['selected']}" if r["status"] == "done" else f"{r['status']} ({r['prompts']})",
              rate(r["acceptance_rate"]), num(r["cost_ratio"], 3), num(r["mean_acceptance_length"]),
-             num(r["predicted_speedup"]), num(r["measured_speedup"]), num(r["measured_over_predicted"]),
-             num(r["tokens_per_second"]), num(r["standard_tokens_per_second"]), quality_text(r["quality"]),
-             quality_text(r["standard_quality"]),
-             f"{r['identical']}/{r['greedy_compared']}" if r["greedy_compared"] else DASH]
+             num(r["predicted_speedup"]), f"{num(r['measured_speedup'])} {interval(r.get('speedup_interval'))}",
+             num(r["measured_over_predicted"]), num(r["tokens_per_second"]), num(r["standard_tokens_per_second"]),
+             quality_text(r["quality"]), quality_text(r["standard_quality"]), identity_text(r), load_text(r)]
             for r in results]
     return _table(header, rows)
