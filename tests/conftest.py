@@ -58,7 +58,7 @@ class PastDependentSchedule(Schedule):
     function of past acceptances (as the adaptive choice is, through α), never of the round's draws."""
 
     def _adaptive(self, *costs) -> int:
-        return (self.rounds + 3 * self.accepted + self.drafted // 2) % (self.gamma + 1)
+        return int(self.rounds + 3 * self.accepted + self.drafted // 2) % (self.gamma + 1)  # accepted: fractional too
 
 
 def force_every_length(engine):

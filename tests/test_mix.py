@@ -21,7 +21,7 @@ from cos.member import Member
 from cos.methods import mixture as mixture_loop
 from cos.mixture import Coins, plan_block, predicted_speedup, round_expectation
 from cos.mixture import rate as mixture_rate
-from cos.sampling import sample
+from cos.sampling import sample, to_probs
 from cos.schedule import CallCosts, Schedule
 from table_member import TableMember
 from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
@@ -147,6 +147,32 @@ def test_hybrid_with_every_position_foreign_verifies_each_block(models):
     engine = Engine(members(models["close"], models["base"]), make_plan("we_mix_sd", 2, combination, 3, proposer=0))
     stats = engine.generate(PROMPT, max_new_tokens=24, temperature=1, eos_token_ids=[]).stats
     assert stats.rounds > 0 and stats.drafted >= stats.accepted > 0 and stats.members[1].calls == stats.rounds
+
+
+def test_me_steps_give_the_schedule_the_exact_acceptance_chance(models, monkeypatch):
+    """Rounds of m = 0 draft nothing foreign, so the schedule would never again learn β once it chose ME
+    (the exploration trap). After each ME step the proposer's next forward also returns its logits at
+    that position: the schedule then sees Σ min(p_s, p_k) there, equal to a fresh computation."""
+    base, stranger = models["base"], models["stranger"]
+    params = SamplingParams(temperature=1.0)
+    seen, fresh = [], []
+    draft = mixture_loop.MixtureLoop._draft
+
+    def checked_draft(loop, seq, k):
+        if loop.own_step is not None and loop.own_step[0] == seq.shape[0] - 1:
+            with torch.inference_mode():
+                p_s = to_probs(base(input_ids=seq[None, :-1]).logits[0, -1], params)
+            fresh.append(float(torch.minimum(p_s, loop.own_step[1]).sum()))
+        return draft(loop, seq, k)
+
+    monkeypatch.setattr(mixture_loop.MixtureLoop, "_draft", checked_draft)
+    monkeypatch.setattr(Schedule, "observe_chance", lambda self, chance: seen.append(chance))
+    plan = make_plan("we_mix_sd", 2, make_combination("we", 2), 3, proposer=0, schedule="adaptive")
+    engine = Engine(members(base, stranger), plan)
+    force_every_length(engine)  # m = 0 comes up whatever the costs
+    engine.generate(PROMPT, max_new_tokens=40, temperature=1, seed=2, eos_token_ids=[])
+    assert len(seen) >= 3 and seen == pytest.approx(fresh, abs=1e-5)
+    assert all(0.0 < c < 1.0 for c in seen)
 
 
 def test_coins_follow_the_weights_and_never_draw_a_zero_weight():

@@ -21,6 +21,7 @@ class Draft:
     tokens: torch.Tensor  # [k] token ids, on the decoding device
     q: torch.Tensor | None  # [k, V] the distributions the tokens were drawn from (None if greedy)
     logits: torch.Tensor | None  # [k, V] the proposer's raw logits at the draft positions
+    before: torch.Tensor | None = None  # [V] its logits at seq's last position, when asked (`look_back`)
 
 
 class Proposer(Protocol):
@@ -44,10 +45,13 @@ class MemberProposer:
         self.generator = generator
         self.stop_below = stop_below
 
-    def propose(self, seq: torch.Tensor, k: int) -> Draft:
-        tokens, qs, logits = [], [], []
-        for _ in range(k):
-            l = self.member.score(seq, 1)[0].to(seq.device)  # [V]
+    def propose(self, seq: torch.Tensor, k: int, look_back: bool = False) -> Draft:
+        """look_back: also return the member's logits at seq's last position (`Draft.before`), from the
+        same first forward: free when that position is not cached yet, as after another member emitted it."""
+        tokens, qs, logits, before = [], [], [], None
+        for i in range(k):
+            rows = self.member.score(seq, 2 if look_back and i == 0 else 1).to(seq.device)  # [1 or 2, V]
+            before, l = (rows[0], rows[1]) if rows.shape[0] == 2 else (before, rows[0])
             q = None if self.params.greedy else to_probs(l, self.params)
             token = l.argmax(-1) if q is None else pick(q, False, self.generator)
             seq = torch.cat([seq, token.view(1)])
@@ -60,6 +64,7 @@ class MemberProposer:
             tokens=torch.stack(tokens),
             q=None if self.params.greedy else torch.stack(qs),
             logits=torch.stack(logits),
+            before=before,
         )
 
     @staticmethod

@@ -145,3 +145,9 @@ class Schedule:
         self.drafted += drafted
         self.accepted += accepted
         self.tested += accepted + (accepted < drafted)
+
+    def observe_chance(self, chance: float) -> None:
+        """Evidence without a draft: the chance a draft would have been accepted at a position, counted
+        as one tested draft (we_mix_sd: Σ min(p_s, p_k) where member k emitted its own position)."""
+        self.accepted += chance
+        self.tested += 1
