@@ -106,3 +106,15 @@ def test_main_case_on_vllm(overrides, loaded, tmp_path, capsys):
     assert "greedy identical: True" in capsys.readouterr().out
     case = json.loads((tmp_path / "case.json").read_text())
     assert case["backend"] == "vllm" and 0 < case["tokens"] == len(case["token_ids"]) <= 12 and case["drafted"] > 0
+
+
+def test_main_case_drafts_by_batch_size(overrides, loaded, tmp_path, capsys):
+    """vllm.speculative_by_batch reaches the speculative engine (batch 1: γ 2) and not the cd baseline."""
+    by_batch = VLLM[1][:-1] + ", speculative_by_batch: [[1, 1, 2], [2, 256, 0]]}"
+    cfg = composed([*overrides[:-3], VLLM[0], by_batch, "input='def add(a, b):'", f"save_path={tmp_path}"],
+                   "default_case")
+    assert cfg["vllm"]["speculative_by_batch"] == [[1, 1, 2], [2, 256, 0]]
+    assert case_main(cfg, tmp_path, loaded=loaded) == 0
+    assert "greedy identical: True" in capsys.readouterr().out
+    case = json.loads((tmp_path / "case.json").read_text())
+    assert case["drafted"] > 0

@@ -74,6 +74,8 @@ def vllm_method(spec: MethodSpec, paths: list[str], run: RunConfig, tokenizer, l
         draft, gamma = plan.proposer, plan.gammas[plan.proposer]
     # disable_log_stats=False: vLLM then times each request (decode seconds without the prefill)
     options = {"disable_log_stats": False, **run.vllm_options, "dtype": run.dtypes[0]}
+    if draft is None:  # γ by batch size is the speculative method's; the standard baseline drafts nothing
+        options.pop("speculative_by_batch", None)
     key = ("vllm", str(composite), draft, gamma, json.dumps(options, sort_keys=True, default=str))
     cache = {} if loaded is None else loaded
     started = key not in cache

