@@ -36,8 +36,9 @@ echo "== environment ready after $(( $(date +%s) - start )) s"
 export HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
        VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1
 unset VLLM_CPU_KVCACHE_SPACE
-# a wedged vLLM engine hangs instead of failing (seen: a request on an engine whose parallel groups another
-# engine's close tore down): fail after 30 min rather than run past CI's limit and lose everything
+# a wedged vLLM engine hangs instead of failing (seen, before VllmEngine.close kept the shared parallel groups
+# for the last engine open: a request on an engine whose groups another engine's close tore down): fail
+# after 30 min rather than run past CI's limit and lose everything
 status=0
 timeout 1800 "$VENV/bin/python" -m pytest tests/vllm -q -p no:cacheprovider "$@" || status=$?
 if [ "$status" = 124 ]; then echo "== tests/vllm timed out after 30 min: a test hung" >&2; fi

@@ -41,7 +41,7 @@ def test_speculative_sampling_is_distributed_as_r(draft_sampling, engines, hf_si
     from vllm import SamplingParams as VllmSamplingParams
 
     params = SamplingParams(temperature=0.7, top_k=3)  # per-member top-k: r has at most 2*3 tokens
-    engine, side = engines.fresh("we2", speculative=True, draft_sampling=draft_sampling), hf_sides["we2"]
+    engine, side = engines("we2", speculative=True, draft_sampling=draft_sampling), hf_sides["we2"]
     prompt = engine.encode(PROMPTS[2])
     sampling = [VllmSamplingParams(temperature=1.0, seed=s, max_tokens=2, ignore_eos=True,
                                    extra_args=extra_args(params)) for s in range(N)]

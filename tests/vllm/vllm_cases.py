@@ -85,17 +85,6 @@ class Engines:
                                          **ENGINE_OPTIONS)
         return self.cache[key]
 
-    def fresh(self, name: str, speculative: bool = False, draft_sampling: str = "greedy") -> VllmEngine:
-        """A new engine for this key (a cached one is closed first). Closing any VllmEngine in this process
-        (the runner tests close theirs) tears down vLLM's process-wide parallel groups, and an engine created
-        before that fails its next request with "pipeline model parallel group is not initialized" (the
-        test after it then hung in CI): tests that run after engines were closed need a fresh one."""
-        old = self.cache.pop((name, speculative, draft_sampling), None)
-        if old is not None:
-            old.close()
-            gc.collect()
-        return self(name, speculative, draft_sampling)
-
     def spec(self, name: str) -> CompositeSpec:
         return CompositeSpec.load(self.dirs[name])
 
