@@ -1,5 +1,6 @@
 """Draft length chosen per step from the batch size (`speculative_by_batch`, vLLM's dynamic speculation):
-greedy output equals standard decoding whatever length each step drafts, 0 included."""
+greedy output equals standard decoding whatever length each step drafts, 0 included; and the member that
+drafts is the composite's own (member_draft.py): weights and KV cache once, no drafter run at γ = 0."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from vllm_cases import COMPOSITES, ENGINE_OPTIONS, MAX_NEW, PROMPTS
 
 from cos.vllm_backend import VllmEngine
+from cos.vllm_backend.member_draft import MemberDraftProposer
 
 # batch 1: γ = 3; 2-4: 1; 5-7: no speculation at all; 8 and more: 2. The prompts below finish at different
 # lengths, so one generate call walks the batch size down through every row.
@@ -18,7 +20,9 @@ def by_batch(composite_dirs):
     engines = {name: VllmEngine(composite_dirs[name], speculative_draft=COMPOSITES[name][3],
                                 num_speculative_tokens=3, speculative_by_batch=TABLE, **ENGINE_OPTIONS)
                for name in ("we2", "cd2")}
-    return engines  # left open: closing an engine here would break the session's shared ones
+    yield engines
+    for engine in engines.values():
+        engine.close()
 
 
 @pytest.mark.parametrize("name", ["we2", "cd2"])
@@ -49,3 +53,38 @@ def test_a_bad_table_is_refused_before_vllm_starts(composite_dirs):
                        speculative_by_batch=table, **ENGINE_OPTIONS)
     with pytest.raises(ValueError, match="speculative_draft"):
         VllmEngine(composite_dirs["we2"], speculative_by_batch=TABLE, **ENGINE_OPTIONS)
+
+
+def _core(engine: VllmEngine):
+    return engine.llm.llm_engine.engine_core.engine_core  # in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+
+
+def test_the_drafting_member_is_the_composites_own(by_batch, engines):
+    """Its weights are the composite's member module, its KV cache the member's: the speculative engine
+    holds as many KV blocks as the standard one in the same memory (vLLM's own draft model held a second
+    cache), and its drafter's attention layers are the member's."""
+    engine = by_batch["we2"]
+    runner = _core(engine).model_executor.driver_worker.worker.model_runner
+    assert isinstance(runner.drafter, MemberDraftProposer) and runner.drafter.member == "m1"
+    assert runner.drafter.model is runner.model.members["m1"]
+    assert runner.drafter._draft_attn_layer_names and all(
+        name.startswith("members.m1.") for name in runner.drafter._draft_attn_layer_names)
+    standard = _core(engines("we2")).scheduler.kv_cache_config
+    assert _core(engine).scheduler.kv_cache_config.num_blocks == standard.num_blocks
+
+
+def test_a_step_that_drafts_nothing_runs_no_drafter(by_batch, monkeypatch):
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    forwards = []
+    stock = SpecDecodeBaseProposer.propose
+    def counted(self, k, *args, **kwargs):
+        forwards.append(k)
+        return stock(self, k, *args, **kwargs)
+
+    monkeypatch.setattr(SpecDecodeBaseProposer, "propose", counted)
+    engine = by_batch["we2"]
+    engine.generate(PROMPTS[:6], max_new_tokens=8, temperature=0, eos_token_ids=[])  # batch 6: γ = 0
+    assert forwards == []
+    engine.generate(PROMPTS[:1], max_new_tokens=8, temperature=0, eos_token_ids=[])  # batch 1: γ = 3
+    assert forwards and set(forwards) == {3}
