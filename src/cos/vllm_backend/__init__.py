@@ -19,8 +19,9 @@ Build a composite, then use it (Python, or `vllm serve`):
 API
 - `build_composite(members, out_dir, combination="we", *, link=True, overwrite=False, **kwargs)`:
   kwargs as `cos.presets.make_combination` (weights / lam, alpha, plausibility, target + space + kwargs).
-- `VllmEngine(composite_dir, speculative_draft=None, num_speculative_tokens=5, **vllm_options)`:
-  speculative_draft = a member name ("m1"), index, or folder; vllm_options go to `vllm.LLM`.
+- `VllmEngine(composite_dir, speculative_draft=None, num_speculative_tokens=5, speculative_options=None,
+  speculative_by_batch=None, **vllm_options)`: speculative_draft = a member name ("m1"), index, or
+  folder; speculative_by_batch = rows (first, last, γ) by batch size; vllm_options go to `vllm.LLM`.
   `.generate(prompts, max_new_tokens, temperature, top_p, top_k, seed, stop, eos_token_ids, logprobs)`
   -> list[Completion] (unpacks as `text, token_ids`); logprobs: True = log r of the chosen tokens,
   k = also the top k per step, "full" = the whole vocabulary [len, V] (slow and large: ask on short
@@ -61,9 +62,13 @@ Speculative acceleration: what vLLM expresses and what it does not
   across rounds. Further limits: by default vLLM drafts greedily (q one-hot: exact, but under T > 0
   it accepts less than drafting from the member's own p_i would); `speculative_options=
   {"draft_sample_method": "probabilistic"}` samples drafts from the draft's softmax at T = 1 (vLLM
-  applies its own temperature, 1 here, not the CoS one). The draft member's weights are loaded twice
-  (as the draft and inside the composite), and the verification pass re-runs the proposer member over
-  the block, which the HF engine's Naive-CoS does not.
+  applies its own temperature, 1 here, not the CoS one). The verification pass re-runs the proposer
+  member over the block, which the HF engine's Naive-CoS does not.
+- A draft that is a member of the composite drafts as the composite's own module (member_draft.py):
+  its weights and its paged KV cache are resident once, and a step that drafts nothing runs no drafter.
+- `speculative_by_batch=[(first, last, γ), ...]` picks each step's draft length by its batch size
+  (gamma_by_batch.py; 0 = a standard step): on a CPU speculation pays at batch 1 and loses at batch
+  scale; `scripts/bench_vllm.py --calibrate` measures the table for a machine.
 """
 
 from .composite import CompositeConfig, CompositeSpec, build_composite
