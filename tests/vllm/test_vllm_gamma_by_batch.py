@@ -5,8 +5,10 @@ drafts is the composite's own (member_draft.py): weights and KV cache once, no d
 from __future__ import annotations
 
 import pytest
+import torch
 from vllm_cases import COMPOSITES, ENGINE_OPTIONS, MAX_NEW, PROMPTS
 
+from cos import SamplingParams
 from cos.vllm_backend import VllmEngine
 from cos.vllm_backend.member_draft import MemberDraftProposer
 
@@ -88,3 +90,26 @@ def test_a_step_that_drafts_nothing_runs_no_drafter(by_batch, monkeypatch):
     assert forwards == []
     engine.generate(PROMPTS[:1], max_new_tokens=8, temperature=0, eos_token_ids=[])  # batch 1: γ = 3
     assert forwards and set(forwards) == {3}
+
+
+def test_sampled_drafts_come_from_the_members_cos_distribution(by_batch, monkeypatch):
+    """q handed to the rejection sampler = the member's CoS-processed distribution of each request
+    (temperature, then top-k, then top-p on the member's own logits), not vLLM's softmax of raw logits."""
+    from cos.sampling import to_probs
+
+    seen = []
+    stock = MemberDraftProposer._sample_from_logits
+
+    def recorded(self, logits, metadata):
+        tokens, probs = stock(self, logits, metadata)
+        seen.append((logits.clone(), tokens, probs))
+        return tokens, probs
+
+    monkeypatch.setattr(MemberDraftProposer, "_sample_from_logits", recorded)
+    params = SamplingParams(temperature=0.7, top_k=3, top_p=0.9)
+    by_batch["we2"].generate(PROMPTS[:1], max_new_tokens=12, temperature=params.temperature, top_k=params.top_k,
+                             top_p=params.top_p, seed=3, eos_token_ids=[])
+    assert seen
+    for logits, tokens, probs in seen:
+        assert probs is not None and torch.allclose(probs.float(), to_probs(logits, params), atol=1e-6)
+        assert bool((probs.gather(-1, tokens.view(-1, 1)) > 0).all())  # every draft inside q's support

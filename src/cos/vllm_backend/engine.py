@@ -44,8 +44,10 @@ class VllmEngine:
     speculative_draft: None, a member name ("m1"), a member index (1) or a model folder. The draft
     proposes `num_speculative_tokens` (γ) tokens; vLLM's rejection sampler verifies them against r (the
     composite's distribution) in one batched pass and adds a bonus token from r. speculative_options
-    go into vLLM's speculative_config, e.g. {"draft_sample_method": "probabilistic"} to sample drafts
-    from the draft's softmax (at T=1) instead of taking its argmax (vLLM's default).
+    go into vLLM's speculative_config. Drafts under sampling: a member of the composite drafts from its
+    own CoS-processed distribution by default (member_draft.py; {"draft_sample_method": "greedy"} takes
+    its argmax instead); another draft folder takes its argmax (vLLM's default) unless
+    {"draft_sample_method": "probabilistic"} samples its softmax at T=1.
     speculative_by_batch: rows (first, last, γ) choosing each step's draft length by its batch size, 0 =
     a standard step (gamma_by_batch.py: speculation loses at batch scale on a CPU; `scripts/bench_vllm.py
     --calibrate` prints the table for this machine); num_speculative_tokens is then the most any step drafts.
@@ -68,8 +70,11 @@ class VllmEngine:
         if self.draft_path is not None:
             if num_speculative_tokens < 1:
                 raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
+            member_draft = any(Path(m.path).resolve() == Path(self.draft_path).resolve() for m in self.spec.members)
             vllm_options["speculative_config"] = {"method": "draft_model", "model": str(self.draft_path),
                                                   "num_speculative_tokens": int(num_speculative_tokens),
+                                                  # a member drafts from its own CoS q (member_draft.py)
+                                                  **({"draft_sample_method": "probabilistic"} if member_draft else {}),
                                                   **(speculative_options or {})}
             if speculative_by_batch is not None:
                 vllm_options["speculative_config"]["num_speculative_tokens_per_batch_size"] = \

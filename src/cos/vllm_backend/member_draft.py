@@ -11,6 +11,9 @@ write the member's own paged KV cache. The composite's pass writes the member's 
 feeds, so on a step with γ = 0 the drafter has nothing to do and returns at once; on a drafting step
 vLLM's first draft pass re-feeds the step's tokens at the same positions (the same values, rewritten)
 and then drafts beyond them, in slots the scheduler reserved, which the next verify pass overwrites.
+Probabilistic drafts (`draft_sample_method: probabilistic`, VllmEngine's default for a member draft)
+come from the member's CoS-processed distribution, the q of the HF engine's Naive-CoS, rather than from
+vLLM's softmax of the raw logits: under sampling q is then close to r (WE: a term of it).
 
 Exact as before: drafts are only proposals, verified against r by vLLM's rejection sampler; greedy
 output equals standard decoding (tests/vllm). A draft that is not a member of the composite (another
@@ -28,6 +31,7 @@ from vllm.config import get_layers_from_vllm_config
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
 
+from ..sampling import process_logits
 from .composite import ARCHITECTURE, CompositeSpec
 
 
@@ -50,7 +54,8 @@ class MemberDraftProposer(DraftModelProposer):
     def load_model(self, target_model: torch.nn.Module) -> None:
         if self.member is None:
             return super().load_model(target_model)
-        self._member_module = getattr(target_model, "unwrap", lambda: target_model)().members[self.member]
+        self._composite = getattr(target_model, "unwrap", lambda: target_model)()
+        self._member_module = self._composite.members[self.member]
         super().load_model(target_model)  # _get_model below: no new layers, so no draft layers found
         own = {id(module) for module in self._member_module.modules()}
         layers = get_layers_from_vllm_config(self.vllm_config, AttentionLayerBase)
@@ -60,6 +65,19 @@ class MemberDraftProposer(DraftModelProposer):
 
     def _get_model(self) -> torch.nn.Module:
         return super()._get_model() if self.member is None else self._member_module
+
+    def _sample_from_logits(self, logits: torch.Tensor, sampling_metadata) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Probabilistic drafts from the member's own CoS distribution q = softmax(process(l)) with each
+        request's CoS temperature / top-k / top-p (vLLM runs at temperature 1 with its own top-k/top-p off,
+        so its sampler draws from softmax of what it is given, and hands that q to the rejection sampler)."""
+        if self.member is None or not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
+            return super()._sample_from_logits(logits, sampling_metadata)
+        params = self._composite.row_params(logits.shape[0])
+        processed = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+        for p in set(params):
+            rows = torch.tensor([i for i, q in enumerate(params) if q == p], device=logits.device)
+            processed[rows] = process_logits(logits[rows], p)
+        return super()._sample_from_logits(processed, sampling_metadata)
 
     def propose(self, num_speculative_tokens, *args, **kwargs) -> torch.Tensor:
         if self.member is not None and num_speculative_tokens == 0:  # the composite keeps the member's KV
