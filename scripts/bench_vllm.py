@@ -22,7 +22,8 @@ acceptance rate = accepted / drafted, mean acceptance length = 1 + accepted / ro
 `--gammas` lists the draft lengths measured (0, no speculation, always runs); `--calibrate` then builds
 the table of each batch size's fastest γ (cos/vllm_backend/gamma_by_batch.py), prints it, and runs the
 "by-batch" path with it: the speculation that should never lose to its absence at any batch size.
-Each row carries the process's resident memory (vLLM runs in-process: weights and KV cache).
+Each row carries the process's resident memory (vLLM runs in-process: weights and KV cache) and the
+tokens its KV cache holds (a draft model with a cache of its own leaves fewer).
 Prints one JSON line per row (also appended to --json-out as produced) and a table. Run it in the vLLM venv.
 """
 
@@ -106,7 +107,8 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args) -
         tokens = sum(len(o.token_ids) for o in outs)
         row = {"preset": args.preset, "combination": kind, "path": path, "batch": batch, "gamma": gamma,
                "table": table, "temperature": args.temperature, "new_tokens": tokens, "seconds": round(seconds, 3),
-               "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2)}
+               "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2),
+               "kv_cache_tokens": kv_cache_tokens(engine)}
         if gamma:
             rounds = sum(o.spec["rounds"] for o in outs)
             drafted = sum(o.spec["draft_tokens"] for o in outs)
@@ -123,8 +125,15 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args) -
     return rows
 
 
+def kv_cache_tokens(engine) -> int:
+    """Tokens the engine's paged KV cache holds (a draft with a cache of its own leaves fewer)."""
+    config = engine.llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_config  # in-process core
+    return config.num_blocks * config.kv_cache_groups[0].kv_cache_spec.block_size
+
+
 def resident_gib() -> float:
-    """This process's resident memory (vLLM runs in-process here: weights, KV cache and all)."""
+    """This process's resident memory (vLLM runs in-process here: weights, KV cache and all; memory an
+    earlier engine of the run freed may stay counted)."""
     with open("/proc/self/status") as f:
         kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     return kib / 2**20
@@ -185,12 +194,12 @@ def main() -> None:
 
     base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
     print(f"{'comb':4} {'path':11} {'gamma':>5} {'batch':>5} {'tok/s':>8} {'speedup':>7} {'accept':>6} "
-          f"{'mean len':>8} {'RSS GiB':>7}")
+          f"{'mean len':>8} {'RSS GiB':>7} {'KV tokens':>9}")
     for r in rows:
         speedup = r["tokens_per_s"] / base[(r["combination"], r["batch"])]
         print(f"{r['combination']:4} {r['path']:11} {r['gamma']:5d} {r['batch']:5d} {r['tokens_per_s']:8.2f} "
               f"{speedup:7.2f} {r.get('acceptance_rate', float('nan')):6.2f} "
-              f"{r.get('mean_acceptance_length', float('nan')):8.2f} {r['rss_gib']:7.2f}")
+              f"{r.get('mean_acceptance_length', float('nan')):8.2f} {r['rss_gib']:7.2f} {r['kv_cache_tokens']:9d}")
 
 
 if __name__ == "__main__":

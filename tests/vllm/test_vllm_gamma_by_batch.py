@@ -113,3 +113,26 @@ def test_sampled_drafts_come_from_the_members_cos_distribution(by_batch, monkeyp
     for logits, tokens, probs in seen:
         assert probs is not None and torch.allclose(probs.float(), to_probs(logits, params), atol=1e-6)
         assert bool((probs.gather(-1, tokens.view(-1, 1)) > 0).all())  # every draft inside q's support
+
+
+def test_a_step_that_drafts_nothing_samples_as_the_standard_engine(by_batch, engines, monkeypatch):
+    """At batch 6 the table drafts 0: every step goes to vLLM's standard sampler, not the rejection sampler
+    and its [batch, vocabulary] noise (zero_draft_steps.py), and seeded sampled outputs equal the standard
+    engine's draw for draw."""
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    calls = []
+    stock = RejectionSampler.forward
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return stock(self, *args, **kwargs)
+
+    monkeypatch.setattr(RejectionSampler, "forward", counted)
+    kw = dict(max_new_tokens=12, temperature=0.8, top_p=0.9, seed=5, eos_token_ids=[])
+    want = engines("we2").generate(PROMPTS[:6], **kw)
+    got = by_batch["we2"].generate(PROMPTS[:6], **kw)
+    assert [g.token_ids for g in got] == [w.token_ids for w in want]
+    assert calls == []
+    by_batch["we2"].generate(PROMPTS[:1], **kw)  # batch 1 drafts 3: the rejection sampler verifies
+    assert calls

