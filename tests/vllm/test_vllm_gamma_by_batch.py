@@ -10,7 +10,6 @@ from vllm_cases import COMPOSITES, ENGINE_OPTIONS, MAX_NEW, PROMPTS
 
 from cos import SamplingParams
 from cos.vllm_backend import VllmEngine
-from cos.vllm_backend.member_draft import MemberDraftProposer
 
 # batch 1: γ = 3; 2-4: 1; 5-7: no speculation at all; 8 and more: 2. The prompts below finish at different
 # lengths, so one generate call walks the batch size down through every row.
@@ -65,6 +64,8 @@ def test_the_drafting_member_is_the_composites_own(by_batch, engines):
     """Its weights are the composite's member module, its KV cache the member's: the speculative engine
     holds as many KV blocks as the standard one in the same memory (vLLM's own draft model held a second
     cache), and its drafter's attention layers are the member's."""
+    from cos.vllm_backend.member_draft import MemberDraftProposer  # here: the main venv collects without vLLM
+
     engine = by_batch["we2"]
     runner = _core(engine).model_executor.driver_worker.worker.model_runner
     assert isinstance(runner.drafter, MemberDraftProposer) and runner.drafter.member == "m1"
@@ -96,6 +97,7 @@ def test_sampled_drafts_come_from_the_members_cos_distribution(by_batch, monkeyp
     """q handed to the rejection sampler = the member's CoS-processed distribution of each request
     (temperature, then top-k, then top-p on the member's own logits), not vLLM's softmax of raw logits."""
     from cos.sampling import to_probs
+    from cos.vllm_backend.member_draft import MemberDraftProposer
 
     seen = []
     stock = MemberDraftProposer._sample_from_logits
