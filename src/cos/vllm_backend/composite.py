@@ -111,6 +111,11 @@ class CompositeSpec:
         spec.combination  # noqa: B018 -- validates the combination at load time, with make_combination's errors
         return spec
 
+    def member_at(self, folder: str | os.PathLike) -> str | None:
+        """The name of the member whose folder this is (links resolved, as member paths are), or None."""
+        folder = Path(folder).resolve()
+        return next((m.name for m in self.members if m.path == folder), None)
+
     @classmethod
     def load(cls, root: str | os.PathLike) -> "CompositeSpec":
         root = Path(root)

@@ -70,7 +70,7 @@ class VllmEngine:
         if self.draft_path is not None:
             if num_speculative_tokens < 1:
                 raise ValueError(f"num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
-            member_draft = any(Path(m.path).resolve() == Path(self.draft_path).resolve() for m in self.spec.members)
+            member_draft = self.spec.member_at(self.draft_path) is not None
             vllm_options["speculative_config"] = {"method": "draft_model", "model": str(self.draft_path),
                                                   "num_speculative_tokens": int(num_speculative_tokens),
                                                   # a member drafts from its own CoS q (member_draft.py)

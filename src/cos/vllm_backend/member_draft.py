@@ -24,8 +24,6 @@ inherits it), which is rebound to this subclass.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from vllm.config import get_layers_from_vllm_config
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
@@ -41,9 +39,7 @@ def composite_member(vllm_config) -> str | None:
     model_config, spec = vllm_config.model_config, vllm_config.speculative_config
     if ARCHITECTURE not in (getattr(model_config.hf_config, "architectures", None) or []) or spec is None:
         return None
-    draft = Path(spec.draft_model_config.model).resolve()
-    composite = CompositeSpec.from_config(model_config.hf_config, model_config.model)
-    return next((m.name for m in composite.members if Path(m.path).resolve() == draft), None)
+    return CompositeSpec.from_config(model_config.hf_config, model_config.model).member_at(spec.draft_model_config.model)
 
 
 class MemberDraftProposer(DraftModelProposer):
