@@ -34,6 +34,7 @@ from cos.engine import plan_from_kwargs
 from cos.loading import load_member, load_tokenizer
 from cos.models.packaged import packaged_model_dir
 from cos.runner.compare import first_difference
+from cos.runner.greedy_gap import log_r_gap
 
 # transformers' method -> ours, compared end to end: at a fixed γ = 5, and with transformers' own draft
 # schedule (up to 20 tokens, cut after a token the draft gave < 0.4: its num_assistant_tokens and
@@ -82,15 +83,6 @@ def hf_peer(target, draft, tok, prompt: str, max_new: int, temperature: float, w
     start = time.perf_counter()
     out = target.generate(ids, **kwargs)
     return out[0, ids.shape[1]:].tolist(), time.perf_counter() - start
-
-
-@torch.inference_mode()
-def log_r_gap(engine: Engine, prompt_ids: list[int], tokens: list[int], i: int, ours: int, theirs: int) -> float:
-    """log r(theirs) - log r(ours) at position i of `tokens`, under `engine`'s (the standard method's) r."""
-    seq = torch.tensor([prompt_ids + tokens[:i]])
-    logits = [m.model(input_ids=seq).logits[0, -1:].float() for m in engine.members]
-    log_r = engine.plan.combination.distribution(logits, SamplingParams(1.0))[0].log()
-    return float(log_r[theirs] - log_r[ours])
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ if importlib.util.find_spec("cos") is None:  # a checkout without `pip install -
 
 from cos.report import (cell_dir, cell_state, expand, load_grid, readme_markers,  # noqa: E402
                         readme_snippet, run_cells, update_readme, write_report)
-from cos.report.runs import BUSY_RETRIES  # noqa: E402
+from cos.report.runs import BUSY_RETRIES, fill_cell_gaps  # noqa: E402
 from cos.runner.cli import USER_ERRORS, load_env  # noqa: E402
 from cos.runner.resolve import resolve_model  # noqa: E402
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         try:
             failures = run_cells(cells, out, echo=lambda line: print(line, flush=True), busy_retries=args.busy_retries)
+            fill_cell_gaps(cells, out, echo=lambda line: print(line, flush=True))
         except KeyboardInterrupt:
             print("interrupted: finished cells and prompts are kept; rerun the same command to resume", file=sys.stderr)
             return 130

@@ -82,9 +82,11 @@ def test_wilson_and_metric_intervals():
 
 
 # --- a fabricated run folder ----------------------------------------------------------------------------
-def fabricate(folder: Path, cfg: dict, n: int, speed: float, busy: bool, seed: int = 0, greedy: bool = True) -> dict:
+def fabricate(folder: Path, cfg: dict, n: int, speed: float, busy: bool, seed: int = 0, greedy: bool = True,
+              gap: float | None = None) -> dict:
     """A finished cell: config.yaml, results.jsonl (n prompts, the method `speed`x its baseline per prompt,
-    with noise), summary.json with a load; returns the summary."""
+    with noise; at T = 0 prompt 3 differs, with log r gap `gap` when given), summary.json with a load;
+    returns the summary."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -95,6 +97,8 @@ def fabricate(folder: Path, cfg: dict, n: int, speed: float, busy: bool, seed: i
         records.append({"id": f"p{i}", "tokens": 64, "time": base_time / (speed * rng.uniform(0.9, 1.1)),
                         "score": score, "identical": (i != 3) if greedy else None,
                         "baseline": {"method": "cd", "tokens": 64, "time": base_time, "score": score}})
+        if greedy and i == 3 and gap is not None:
+            records[-1]["log_r_gap"] = gap
     (folder / RESULTS).write_text("".join(json.dumps(r) + "\n" for r in records))
     tps = sum(r["tokens"] for r in records) / sum(r["time"] for r in records)
     base_tps = 64 * n / sum(r["baseline"]["time"] for r in records)
@@ -124,15 +128,18 @@ def small_grid(tmp_path: Path) -> Path:
     return path
 
 
-def test_report_renders_intervals_busy_flags_quality_and_error_bars(tmp_path, monkeypatch):
+def test_report_renders_intervals_busy_flags_quality_and_error_bars(tmp_path, monkeypatch, capsys):
     grid_file = small_grid(tmp_path)
     grid = load_grid(grid_file, CONFIGS)
     cells = expand(grid, CONFIGS)
     out = tmp_path / "report"
-    fabricate(runs_module.cell_dir(out, cells[0]), cells[0].config, 16, 2.0, busy=False, seed=1)
+    fabricate(runs_module.cell_dir(out, cells[0]), cells[0].config, 16, 2.0, busy=False, seed=1, gap=0.0123)
     fabricate(runs_module.cell_dir(out, cells[1]), cells[1].config, 16, 1.5, busy=True, seed=2)
     monkeypatch.setattr(runs_module, "run_dataset", lambda *a, **k: pytest.fail("ran a cell"))
+    monkeypatch.delenv("MODEL_PATH", raising=False)
     assert load_script().main(["--grid", str(grid_file), "--out", str(out), "--readme-snippet"]) == 0
+    # the cell without its gap could not load its members: said, and the report still made
+    assert f"{cells[1].id}: log r gap not computed (method.model=" in capsys.readouterr().out
     data = json.loads((out / "report.json").read_text())
     md = (out / "report.md").read_text()
     sd, chef = data["cells"]
@@ -149,7 +156,8 @@ def test_report_renders_intervals_busy_flags_quality_and_error_bars(tmp_path, mo
     assert "load 0.1 → 0.2, others 0.05 cores of 2 |" in md
     assert "## Quality: standard vs accelerated" in md
     quality = "accuracy 0.500 [0.280, 0.720]"
-    assert f"| p | mini | 0 | `cd_chef` γ3 | 16 | {quality} | {quality} | 15/16 |" in md
+    assert f"| p | mini | 0 | `cd_sd` γ3 | 16 | {quality} | {quality} | 15/16 (gap 0.012) |" in md
+    assert f"| p | mini | 0 | `cd_chef` γ3 | 16 | {quality} | {quality} | 15/16 (gap ?) |" in md
     # the plot's error bars are the intervals
     row = data["tables"]["speedup"]["cd"][1]
     below, above = error_bars([row["cells"]["mini"]])

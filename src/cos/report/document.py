@@ -104,7 +104,10 @@ def markdown(data: dict, grid: Grid) -> str:
     lines += ["", "## Quality: standard vs accelerated", "",
               "Per main cell, on the same prompts: the metric with its 95% interval (Wilson for pass@1 / accuracy, "
               "bootstrap for ROUGE), and at T = 0 how many prompts' outputs were token-identical to the standard "
-              "method's.", "", *quality_markdown(results)]
+              "method's; at each prompt that differs, the gap log r(standard's token) - log r(the method's token) "
+              "at the first differing position, under the standard method's r from a fresh forward over the whole "
+              "prefix in the members' dtype: near 0 is a floating-point tie (the block and one-token forwards "
+              "round differently), whole nats would be a bug.", "", *quality_markdown(results)]
     lines += ["", "## Every cell", "",
               "Folders: `runs/<cell>/` (results.jsonl, config.yaml, summary.json, loads.jsonl). Machine: the load "
               "average before → after the kept measurement and the cores other processes used meanwhile.", "",

@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from ..runner.cli import USER_ERRORS
+from ..runner.greedy_gap import fill_gaps
 from ..runner.results import CONFIG, RESULTS, SUMMARY, differences, read_records
 from ..runner.run import run_dataset
 from .cells import Cell
@@ -123,6 +124,23 @@ def run_cells(cells: list[Cell], out: Path, echo: Callable[[str], None] = print,
     return failures
 
 
+def fill_cell_gaps(cells: list[Cell], out: Path, echo: Callable[[str], None] = print) -> None:
+    """The log r gap at every greedy difference of the finished cells that lack one (cells run before
+    the runner recorded it); loads models only for a cell that needs them."""
+    loaded: dict = {}
+    for cell in cells:
+        folder = cell_dir(out, cell)
+        if cell_state(folder, cell.config).status != "done":
+            continue
+        try:
+            added = fill_gaps(folder, loaded)
+        except USER_ERRORS as e:  # the cell's results stand; its report shows '?' for the gap
+            echo(f"{cell.id}: log r gap not computed ({one_line(e)})")
+            continue
+        if added:
+            echo(f"{cell.id}: log r gap added at {added} greedy difference(s)")
+
+
 def _loads(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (_read(folder / LOADS, str.splitlines) or []) if line.strip()]
 
@@ -150,8 +168,10 @@ def cell_result(cell: Cell, out: Path) -> dict:
                    "standard_quality": compare.get("quality"), "identical": compare.get("identical"),
                    "greedy_compared": compare.get("greedy_compared")})
     result.update(load_fields(summary, folder))
-    result.update(cell_intervals(read_records(folder / RESULTS)) if summary is not None else
+    records = read_records(folder / RESULTS) if summary is not None else []
+    result.update(cell_intervals(records) if summary is not None else
                   {"speedup_interval": None, "quality_interval": None, "standard_quality_interval": None})
+    result["greedy_gaps"] = [r.get("log_r_gap") for r in records if r.get("identical") is False]
     if summary is None:
         result["prompts"] = state.prompts
     return result

@@ -232,7 +232,13 @@ def quality_text(quality: dict | None, intervals: dict | None = None) -> str:
 
 
 def identity_text(r: dict) -> str:
-    return f"{r['identical']}/{r['greedy_compared']}" if r.get("greedy_compared") else DASH
+    """'14/16 (gaps 0.003, 0.041)': identical prompts, and at each difference log r(standard's token) -
+    log r(ours) from a fresh forward (greedy_gap.py; near 0 = a float tie, '?' = not measured)."""
+    if not r.get("greedy_compared"):
+        return DASH
+    gaps = r.get("greedy_gaps") or []
+    shown = ", ".join("?" if g is None else f"{g:.3f}" for g in gaps)
+    return f"{r['identical']}/{r['greedy_compared']}" + (f" (gap{'s' if len(gaps) > 1 else ''} {shown})" if gaps else "")
 
 
 def load_text(r: dict) -> str:

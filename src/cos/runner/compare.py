@@ -4,7 +4,7 @@ Each prompt runs on the baseline, then on the method, back to back with the same
 sampling options and seed, so the speedup is a ratio measured in one run with one way of counting.
 Under greedy decoding every collaborative method must reproduce its standard counterpart token for
 token (ALGORITHM.md §4): any prompt where the outputs differ is reported with the first position
-at which the token ids differ.
+at which the token ids differ and how near a float tie r was there (greedy_gap.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def difference_message(record: dict) -> str:
     i = record["first_difference"]
     ours, theirs = record["token_ids"], record["baseline"]["token_ids"]
     show = lambda ids: ids[i] if i < len(ids) else "end"
+    gap = record.get("log_r_gap")
     return (f"prompt {record['id']}: greedy output differs from {record['baseline']['method']} at token {i} "
-            f"({show(ours)} vs {show(theirs)})")
+            f"({show(ours)} vs {show(theirs)}" + ("" if gap is None else f", log r gap {gap:.4f}") + ")")
 
 
 def compare_summary(records: list[dict], tps: float) -> dict:
@@ -57,6 +58,6 @@ def compare_summary(records: list[dict], tps: float) -> dict:
         "speedup_mean": sum(ratios) / len(ratios) if ratios else None,  # mean of per-prompt ratios
         "greedy_compared": len(compared),
         "identical": sum(1 for r in compared if r["identical"]),
-        "differences": [{"id": r["id"], "first_difference": r["first_difference"]}
+        "differences": [{"id": r["id"], "first_difference": r["first_difference"], "log_r_gap": r.get("log_r_gap")}
                         for r in compared if not r["identical"]],
     }

@@ -18,6 +18,7 @@ from ..datasets.base import resolve_size
 from .build import Built, build_engines, check_before_loading
 from .compare import compare_tokens, difference_message
 from .config import RunConfig, run_config
+from .greedy_gap import record_gap
 from ..machine import LoadMeter
 from .results import RESULTS, ResultsWriter, prepare_output, write_summary
 from .summary import record_stats, summarize, summary_lines
@@ -99,6 +100,8 @@ def generate_pair(built: Built, ids: list[int], options: dict) -> dict:
     record.update({"output": out.text, **record_stats(out, seconds)})
     if baseline is not None:
         record.update(compare_tokens(out.tokens, baseline.tokens, greedy=options["temperature"] == 0))
+        if record["identical"] is False:  # after both timings: a fresh forward says how near a tie it was
+            record["log_r_gap"] = record_gap(built.baseline, ids, record)
     return record
 
 

@@ -109,7 +109,10 @@ def summary_lines(s: dict) -> list[str]:
     lines = [header, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     if c and c["greedy_compared"]:
-        lines.append(f"greedy outputs identical to {c['method']} on {c['identical']}/{c['greedy_compared']} prompts")
+        gaps = [d.get("log_r_gap") for d in c.get("differences", [])]
+        lines.append(f"greedy outputs identical to {c['method']} on {c['identical']}/{c['greedy_compared']} prompts"
+                     + (" (log r gap at each first difference, near 0 = a float tie: "
+                        + ", ".join("?" if g is None else f"{g:.4f}" for g in gaps) + ")" if gaps else ""))
     load = s.get("load")
     if load and load.get("busy"):
         from ..machine import Load
