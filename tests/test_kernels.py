@@ -23,6 +23,16 @@ def ext():
     return module
 
 
+@pytest.fixture(params=[False, True], ids=["split", "native"])
+def native(request) -> bool:
+    """Both inner products: the split fp32 FMAs (every AVX-512 CPU) and vdpbf16ps (avx512_bf16 only)."""
+    from cos.kernels import build
+
+    if request.param and "avx512_bf16" not in (build.cpu_flags() or set()):
+        pytest.skip("this CPU lacks avx512_bf16: the native path can't run here")
+    return request.param
+
+
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int16)
 
@@ -40,16 +50,16 @@ SHAPES = [(1, 1), (15, 7), (16, 8), (17, 33), (64, 100), (100, 77), (1536, 50), 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("k,n", SHAPES)
-def test_rows_bitwise_independent_of_block_size(ext, k, n, threads):
+def test_rows_bitwise_independent_of_block_size(ext, native, k, n, threads):
     """Row i of the M-row product is bitwise the product of row i alone, for M = 1..16."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         x, w, b = operands(16, k, n, seed=k * 1000 + n)
-        alone = torch.cat([ext.bf16_linear(x[i:i + 1].contiguous(), w, b) for i in range(16)])
+        alone = torch.cat([ext.bf16_linear(x[i:i + 1].contiguous(), w, b, native) for i in range(16)])
         for m in list(range(1, 10)) + [12, 16]:
             for start in (0, 16 - m):
-                block = ext.bf16_linear(x[start:start + m].contiguous(), w, b)
+                block = ext.bf16_linear(x[start:start + m].contiguous(), w, b, native)
                 assert torch.equal(bits(block), bits(alone[start:start + m])), (m, start)
     finally:
         torch.set_num_threads(before)
@@ -66,19 +76,25 @@ def assert_close_to_float(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: 
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("k,n", SHAPES)
-def test_matches_float_product(ext, k, n, bias):
+def test_matches_float_product(ext, native, k, n, bias):
     for m in range(1, 10):
         x, w, b = operands(m, k, n, seed=m, bias=bias)
-        assert_close_to_float(ext.bf16_linear(x, w, b), x, w, b)
+        assert_close_to_float(ext.bf16_linear(x, w, b, native), x, w, b)
 
 
-def test_rounding_matches_torch_bf16_cast(ext):
+def test_rounding_matches_torch_bf16_cast(ext, native):
     """With K = 1 the product is exact in fp32, so the kernel's rounding must equal torch's RNE cast."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(5, 1, generator=gen).bfloat16()
     w = torch.randn(4000, 1, generator=gen).bfloat16()
     ref = (x.float() @ w.float().T).bfloat16()
-    assert torch.equal(bits(ext.bf16_linear(x, w, None)), bits(ref))
+    assert torch.equal(bits(ext.bf16_linear(x, w, None, native)), bits(ref))
+
+
+def build_native() -> bool:
+    from cos.kernels import build
+
+    return build.native_bf16()
 
 
 def test_wrapper_shapes_and_non_contiguous_input(ext):
@@ -86,11 +102,12 @@ def test_wrapper_shapes_and_non_contiguous_input(ext):
     x3 = x.reshape(3, 4, 96)
     y3 = bf16_linear(x3, w, b)
     assert y3.shape == (3, 4, 40)
-    assert torch.equal(bits(y3.reshape(12, 40)), bits(ext.bf16_linear(x, w, b)))
+    native = build_native()
+    assert torch.equal(bits(y3.reshape(12, 40)), bits(ext.bf16_linear(x, w, b, native)))
     wide = torch.randn(96, 24).bfloat16()
     strided = wide.T  # [24, 96], not contiguous
     assert not strided.is_contiguous()
-    assert torch.equal(bits(bf16_linear(strided, w, b)), bits(ext.bf16_linear(strided.contiguous(), w, b)))
+    assert torch.equal(bits(bf16_linear(strided, w, b)), bits(ext.bf16_linear(strided.contiguous(), w, b, native)))
     assert_close_to_float(bf16_linear(x[:, ::2], w[:, :48].contiguous(), b), x[:, ::2], w[:, :48], b)
 
 
@@ -163,15 +180,26 @@ def test_cpu_check_names_missing_flags(monkeypatch):
     assert build.cpu_supported()[0]
 
 
-def test_thread_count_does_not_change_results(ext):
+def test_native_path_only_where_the_cpu_has_avx512_bf16(monkeypatch):
+    from cos.kernels import build
+
+    for flags, env, expected in [({"avx512f"}, "1", False), ({"avx512f", "avx512_bf16"}, "1", True),
+                                 ({"avx512f", "avx512_bf16"}, "0", False)]:
+        monkeypatch.setattr(build, "_native", None)
+        monkeypatch.setattr(build, "cpu_flags", lambda flags=flags: flags)
+        monkeypatch.setenv("COS_KERNELS_NATIVE", env)
+        assert build.native_bf16() is expected
+
+
+def test_thread_count_does_not_change_results(ext, native):
     """cos.threads switches the intra-op thread count between calls: results must not move with it."""
     x, w, b = operands(6, 200, 300, seed=9)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = ext.bf16_linear(x, w, b)
+        one = ext.bf16_linear(x, w, b, native)
         torch.set_num_threads(2)
-        two = ext.bf16_linear(x, w, b)
+        two = ext.bf16_linear(x, w, b, native)
     finally:
         torch.set_num_threads(before)
     assert torch.equal(bits(one), bits(two))

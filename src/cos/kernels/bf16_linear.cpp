@@ -7,6 +7,10 @@
 // bias add and the rounding. Nothing in that sequence depends on M, on which rows share a tile or on
 // the thread that runs it, so row m of a block product is bitwise the product of x[m:m+1] alone.
 // Tiling only decides which accumulators live in registers together.
+// Where the CPU has AVX512_BF16 (`native`), each chunk is instead one vdpbf16ps per accumulator: lane i
+// adds x[2i+1] * W[2i+1], then x[2i] * W[2i] (fp32 products, denormals flushed). A different order
+// from the path above, so the two differ in the last bits, but again nothing depends on M or on the
+// thread: row independence holds on either path, and a machine always takes the same one.
 //
 // Speed: W is streamed once per call (at few rows the cost is reading W). Each 64-byte chunk of a W
 // row is converted to fp32 once, without a shuffle (see chunk()), and used for all x rows of the
@@ -22,6 +26,9 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")  // only the explicit vdpbf16ps below uses it; run() takes it where the CPU has it
 
 namespace {
 
@@ -57,7 +64,7 @@ struct Problem {
 // bytes keep more of it in L1; measured faster than an fp32 copy of x at every M). The empty asm keeps
 // each x vector in a register instead of being folded into NB FMAs as a memory operand.
 template <int MB, int NB>
-inline void chunk(const uint16_t* x, const uint16_t* w, int64_t K, __mmask32 mask, __m512 (&acc)[MB][NB]) {
+inline void chunk_split(const uint16_t* x, const uint16_t* w, int64_t K, __mmask32 mask, __m512 (&acc)[MB][NB]) {
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   auto load = [&](const uint16_t* p) {
     return mask ? _mm512_maskz_loadu_epi16(mask, p) : _mm512_loadu_si512(p);
@@ -77,8 +84,26 @@ inline void chunk(const uint16_t* x, const uint16_t* w, int64_t K, __mmask32 mas
   }
 }
 
-// MB rows of x against NB rows of W starting at (m0, n0).
+// The same chunk with native bf16 dot products: W and x stay bf16, one instruction per accumulator.
 template <int MB, int NB>
+inline void chunk_native(const uint16_t* x, const uint16_t* w, int64_t K, __mmask32 mask, __m512 (&acc)[MB][NB]) {
+  __m512i wv[NB];
+  for (int j = 0; j < NB; ++j) wv[j] = mask ? _mm512_maskz_loadu_epi16(mask, w + j * K) : _mm512_loadu_si512(w + j * K);
+  for (int m = 0; m < MB; ++m) {
+    __m512i xv = _mm512_loadu_si512(x + m * 32);
+    asm("" : "+v"(xv));
+    for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], (__m512bh)xv, (__m512bh)wv[j]);
+  }
+}
+
+template <int MB, int NB, bool Native>
+inline void chunk(const uint16_t* x, const uint16_t* w, int64_t K, __mmask32 mask, __m512 (&acc)[MB][NB]) {
+  if constexpr (Native) chunk_native<MB, NB>(x, w, K, mask, acc);
+  else chunk_split<MB, NB>(x, w, K, mask, acc);
+}
+
+// MB rows of x against NB rows of W starting at (m0, n0).
+template <int MB, int NB, bool Native>
 inline void tile(const Problem& p, int64_t m0, int64_t n0) {
   __m512 acc[MB][NB];
   for (int m = 0; m < MB; ++m)
@@ -91,10 +116,10 @@ inline void tile(const Problem& p, int64_t m0, int64_t n0) {
     // The next tile's W rows, one line each per chunk: the hardware prefetcher needs a few misses to
     // pick up each new row, which costs most on short rows (K = 1536: ~25% at M = 6, 1 thread).
     for (int j = 0; j < NB; ++j)
-      _mm_prefetch(reinterpret_cast<const char*>(w + (NB + j) * p.K + k), _MM_HINT_T1);
-    chunk<MB, NB>(x, w + k, p.K, 0, acc);
+      _mm_prefetch(reinterpret_cast<const char*>(w + ((Native ? 2 : 1) * NB + j) * p.K + k), _MM_HINT_T1);
+    chunk<MB, NB, Native>(x, w + k, p.K, 0, acc);
   }
-  if (p.tail) chunk<MB, NB>(x, w + k, p.K, p.tail, acc);
+  if (p.tail) chunk<MB, NB, Native>(x, w + k, p.K, p.tail, acc);
   for (int m = 0; m < MB; ++m) {
     uint16_t* y = p.y + (m0 + m) * p.N + n0;
     for (int j = 0; j < NB; ++j) {
@@ -106,31 +131,33 @@ inline void tile(const Problem& p, int64_t m0, int64_t n0) {
 }
 
 // Rows [n_begin, n_end) of W for the MB rows of x from m0: NB at a time, then one at a time.
-template <int MB, int NB>
+template <int MB, int NB, bool Native>
 inline void strip(const Problem& p, int64_t m0, int64_t n_begin, int64_t n_end) {
   int64_t n = n_begin;
-  for (; n + NB <= n_end; n += NB) tile<MB, NB>(p, m0, n);
-  for (; n < n_end; ++n) tile<MB, 1>(p, m0, n);
+  for (; n + NB <= n_end; n += NB) tile<MB, NB, Native>(p, m0, n);
+  for (; n < n_end; ++n) tile<MB, 1, Native>(p, m0, n);
 }
 
-// W rows per tile for a given number of x rows: accumulators + W registers stay within 32 zmm.
+// W rows per tile for a given number of x rows: accumulators + W registers stay within 32 zmm (one
+// row on the native path: 16, measured at parity with the split path's 8 where W streams from memory).
+template <bool Native>
 void strip_for(int mb, const Problem& p, int64_t m0, int64_t n_begin, int64_t n_end) {
   switch (mb) {
-    case 1: strip<1, 8>(p, m0, n_begin, n_end); break;
-    case 2: strip<2, 8>(p, m0, n_begin, n_end); break;
-    case 3: strip<3, 6>(p, m0, n_begin, n_end); break;
-    case 4: strip<4, 6>(p, m0, n_begin, n_end); break;
-    case 5: strip<5, 4>(p, m0, n_begin, n_end); break;
-    case 6: strip<6, 4>(p, m0, n_begin, n_end); break;
-    case 7: strip<7, 3>(p, m0, n_begin, n_end); break;
-    default: strip<8, 3>(p, m0, n_begin, n_end); break;
+    case 1: strip<1, Native ? 16 : 8, Native>(p, m0, n_begin, n_end); break;
+    case 2: strip<2, 8, Native>(p, m0, n_begin, n_end); break;
+    case 3: strip<3, 6, Native>(p, m0, n_begin, n_end); break;
+    case 4: strip<4, 6, Native>(p, m0, n_begin, n_end); break;
+    case 5: strip<5, 4, Native>(p, m0, n_begin, n_end); break;
+    case 6: strip<6, 4, Native>(p, m0, n_begin, n_end); break;
+    case 7: strip<7, 3, Native>(p, m0, n_begin, n_end); break;
+    default: strip<8, 3, Native>(p, m0, n_begin, n_end); break;
   }
 }
 
 
 constexpr int64_t kChunk = 48;  // W rows per work unit: a multiple of every NB, small enough for L2
 
-void run(const Problem& p) {
+void run(const Problem& p, bool native) {
   // Split M into near-equal groups of at most 8 rows (the tile sizes above).
   const int64_t groups = (p.M + 7) / 8;
   std::vector<std::pair<int64_t, int>> mgroups;
@@ -145,7 +172,8 @@ void run(const Problem& p) {
     const int64_t c0 = chunks * t / nt, c1 = chunks * (t + 1) / nt;
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t n_begin = c * kChunk, n_end = std::min(p.N, n_begin + kChunk);
-      for (const auto& g : mgroups) strip_for(g.second, p, g.first, n_begin, n_end);
+      for (const auto& g : mgroups)
+        (native ? strip_for<true> : strip_for<false>)(g.second, p, g.first, n_begin, n_end);
     }
   };
   if (nt == 1) {
@@ -158,12 +186,15 @@ void run(const Problem& p) {
 
 }  // namespace
 
-torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+#pragma GCC pop_options
+
+torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias, bool native) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "bf16_linear: x [M, K] and w [N, K]");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "bf16_linear: bf16 only");
   TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "bf16_linear: CPU tensors only");
   TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "bf16_linear: contiguous x and w");
   TORCH_CHECK(x.size(1) == w.size(1), "bf16_linear: x and w disagree on K");
+  TORCH_CHECK(!native || __builtin_cpu_supports("avx512bf16"), "bf16_linear: native=True needs a CPU with AVX512_BF16");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   const uint16_t* b = nullptr;
   if (bias.has_value() && bias->defined()) {
@@ -188,12 +219,13 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch:
   p.tail = static_cast<__mmask32>((1ull << (K % 32)) - 1u);
   {
     pybind11::gil_scoped_release no_gil;
-    run(p);
+    run(p, native);
   }
   return y;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("bf16_linear", &bf16_linear, "y = x @ w.T (+ bias), bf16 in and out, fp32 accumulation (AVX-512)",
-        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("bias") = pybind11::none());
+  m.def("bf16_linear", &bf16_linear, "y = x @ w.T (+ bias), bf16 in and out, fp32 accumulation (AVX-512; native: vdpbf16ps, AVX512_BF16 CPUs only)",
+        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("bias") = pybind11::none(),
+        pybind11::arg("native") = false);
 }

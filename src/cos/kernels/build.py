@@ -28,6 +28,7 @@ NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512vl")
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _failure: str | None = None
+_native: bool | None = None
 
 
 def cpu_flags() -> set[str] | None:
@@ -50,6 +51,17 @@ def cpu_supported() -> tuple[bool, str]:
         return (cap.startswith("AVX512"), f"torch CPU capability is {cap}, not AVX512")
     missing = [f for f in NEEDED_FLAGS if f not in flags]
     return (not missing, f"the CPU lacks {', '.join(missing)}")
+
+
+def native_bf16() -> bool:
+    """Whether the kernel takes its native path (vdpbf16ps): the CPU has avx512_bf16, and
+    COS_KERNELS_NATIVE is not 0. On a Zen 4 EPYC it makes a verify block cost what a one-token step
+    costs (the split path's block cost 1.35x a step), for 2-3% more per step (kernels/__init__.py)."""
+    global _native
+    if _native is None:
+        flags = cpu_flags() or set()
+        _native = "avx512_bf16" in flags and os.environ.get("COS_KERNELS_NATIVE", "1") != "0"
+    return _native
 
 
 def build_dir(name: str) -> Path:

@@ -41,5 +41,5 @@ def kernel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if ext is None:
         return F.linear(x, weight, bias)
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
-    y = ext.bf16_linear(x2, weight.contiguous(), None if bias is None else bias.contiguous())
+    y = ext.bf16_linear(x2, weight.contiguous(), None if bias is None else bias.contiguous(), build.native_bf16())
     return y.reshape(*x.shape[:-1], weight.shape[0])
