@@ -28,7 +28,7 @@ def native(request) -> bool:
     """Both inner products: the split fp32 FMAs (every AVX-512 CPU) and vdpbf16ps (avx512_bf16 only)."""
     from cos.kernels import build
 
-    if request.param and "avx512_bf16" not in (build.cpu_flags() or set()):
+    if request.param and not build.cpu_has_native_bf16():
         pytest.skip("this CPU lacks avx512_bf16: the native path can't run here")
     return request.param
 
@@ -91,18 +91,12 @@ def test_rounding_matches_torch_bf16_cast(ext, native):
     assert torch.equal(bits(ext.bf16_linear(x, w, None, native)), bits(ref))
 
 
-def build_native() -> bool:
-    from cos.kernels import build
-
-    return build.native_bf16()
-
-
 def test_wrapper_shapes_and_non_contiguous_input(ext):
     x, w, b = operands(12, 96, 40, seed=5)
     x3 = x.reshape(3, 4, 96)
     y3 = bf16_linear(x3, w, b)
     assert y3.shape == (3, 4, 40)
-    native = build_native()
+    native = kernels.build.native_bf16()
     assert torch.equal(bits(y3.reshape(12, 40)), bits(ext.bf16_linear(x, w, b, native)))
     wide = torch.randn(96, 24).bfloat16()
     strided = wide.T  # [24, 96], not contiguous

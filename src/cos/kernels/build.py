@@ -53,14 +53,18 @@ def cpu_supported() -> tuple[bool, str]:
     return (not missing, f"the CPU lacks {', '.join(missing)}")
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has avx512_bf16 (vdpbf16ps), the native path's instruction."""
+    return "avx512_bf16" in (cpu_flags() or set())
+
+
 def native_bf16() -> bool:
     """Whether the kernel takes its native path (vdpbf16ps): the CPU has avx512_bf16, and
     COS_KERNELS_NATIVE is not 0. On a Zen 4 EPYC it makes a verify block cost what a one-token step
     costs (the split path's block cost 1.35x a step), for 2-3% more per step (kernels/__init__.py)."""
     global _native
     if _native is None:
-        flags = cpu_flags() or set()
-        _native = "avx512_bf16" in flags and os.environ.get("COS_KERNELS_NATIVE", "1") != "0"
+        _native = cpu_has_native_bf16() and os.environ.get("COS_KERNELS_NATIVE", "1") != "0"
     return _native
 
 
