@@ -97,11 +97,14 @@ def prompts(n: int, dataset: str = "gsm8k") -> list[str]:
     return (rows * (n // max(len(rows), 1) + 1))[:n]
 
 
-def run_case(composite: Path, kind: str, gamma: int, table: list | None, args) -> list[dict]:
-    """One engine: no speculation (gamma 0), γ drafts every step, or γ by batch size (table)."""
+def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, alternate: bool = True) -> list[dict]:
+    """One engine: no speculation (gamma 0), γ drafts every step, or γ by batch size (table); a speculative
+    engine verifies with alternate proposals (the verifier alone, its sample withheld: alternate.py) or,
+    with alternate=False, with the whole composite (COS_VLLM_ALTERNATE=0)."""
     from cos.vllm_backend import VllmEngine
 
-    path = "by-batch" if table else "speculative" if gamma else "standard"
+    path = "by-batch" if table else ("alternate" if alternate else "composite") if gamma else "standard"
+    os.environ["COS_VLLM_ALTERNATE"] = "1" if alternate else "0"  # read when the engine loads its drafter
     engine = VllmEngine(composite, speculative_draft="m1" if gamma else None, num_speculative_tokens=max(gamma, 1),
                         speculative_by_batch=table, enforce_eager=True, dtype=args.dtype, max_model_len=512, seed=0)
     opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
@@ -130,7 +133,12 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args) -
             accepted = sum(o.spec["accepted_tokens"] for o in outs)
             row |= {"rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted,
                     "acceptance_rate": round(accepted / drafted, 3) if drafted else 0.0,
-                    "mean_acceptance_length": round(1 + accepted / rounds, 2) if rounds else 1.0}
+                    "mean_acceptance_length": round(1 + accepted / rounds, 2) if rounds else 1.0,
+                    "tokens_per_round": round(tokens / rounds, 2) if rounds else 0.0}
+            # vLLM counts a withheld token as a rejected draft (alternate.py): tokens per round compare paths
+            verified, withheld = engine.llm.apply_model(
+                lambda m: (m.alternate.rounds, m.alternate.withheld_tokens) if m.alternate else (0, 0))[0]
+            row |= {"verifier_only_rounds": verified, "withheld_tokens": withheld}
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.json_out:
@@ -190,6 +198,9 @@ def main() -> None:
                     help="prefill each batch untimed first (vLLM's prefix cache keeps it), so tok/s is decode speed")
     ap.add_argument("--prompt-sets", type=int, default=1,
                     help="batches of distinct prompts run one after another per batch size (batch 1: K prompts)")
+    ap.add_argument("--proposals", choices=["alternate", "composite", "both"], default="both",
+                    help="how a speculative engine verifies: the verifier alone with its sample withheld "
+                         "(alternate, the default engine), the whole composite (composite), or both side by side")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json-out", type=Path, help="rows appended as they are produced")
     args = ap.parse_args()
@@ -201,27 +212,33 @@ def main() -> None:
     for kind, path in composites_for(args).items():
         if kind not in args.combinations:
             continue
-        measured = [r for gamma in sorted({0, *args.gammas}) for r in run_case(path, kind, gamma, None, args)]
+        modes = {"alternate": [True], "composite": [False], "both": [True, False]}[args.proposals]
+        measured = run_case(path, kind, 0, None, args)
+        measured += [r for gamma in sorted(set(args.gammas) - {0}) for alternate in modes
+                     for r in run_case(path, kind, gamma, None, args, alternate)]
         rows += measured
         if args.calibrate:
             rates: dict[int, dict[int, float]] = {}
             for r in measured:
+                if r["path"] == "composite" and args.proposals == "both":
+                    continue
                 rates.setdefault(r["batch"], {})[r["gamma"]] = r["tokens_per_s"]
             table = best_gamma_table(rates)
             print(f"{kind}: speculative_by_batch={table}", flush=True)
-            rows += run_case(path, kind, max(args.gammas), table, args)
+            rows += run_case(path, kind, max(args.gammas), table, args, alternate=modes[0])
     print(f"\npreset {args.preset}, {args.dataset} prompts x {args.prompt_sets} sets, "
           f"{'decode only' if args.exclude_prefill else 'prefill included'}, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
           f"dtype {args.dtype}, load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
     print(f"{'comb':4} {'path':11} {'gamma':>5} {'batch':>5} {'tok/s':>8} {'speedup':>7} {'accept':>6} "
-          f"{'mean len':>8} {'RSS GiB':>7} {'KV tokens':>9}")
+          f"{'mean len':>8} {'tok/round':>9} {'withheld':>8} {'RSS GiB':>7} {'KV tokens':>9}")
     for r in rows:
         speedup = r["tokens_per_s"] / base[(r["combination"], r["batch"])]
         print(f"{r['combination']:4} {r['path']:11} {r['gamma']:5d} {r['batch']:5d} {r['tokens_per_s']:8.2f} "
               f"{speedup:7.2f} {r.get('acceptance_rate', float('nan')):6.2f} "
-              f"{r.get('mean_acceptance_length', float('nan')):8.2f} {r['rss_gib']:7.2f} {r['kv_cache_tokens']:9d}")
+              f"{r.get('mean_acceptance_length', float('nan')):8.2f} {r.get('tokens_per_round', float('nan')):9.2f} "
+              f"{r.get('withheld_tokens', 0):8d} {r['rss_gib']:7.2f} {r['kv_cache_tokens']:9d}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ A module of its own (not conftest.py) so that test modules can import it by a un
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import torch
@@ -74,15 +75,21 @@ class Engines:
 
     def __init__(self, composite_dirs: dict[str, Path]) -> None:
         self.dirs = composite_dirs
-        self.cache: dict[tuple[str, bool, str], VllmEngine] = {}
+        self.cache: dict[tuple[str, bool, str, int, bool], VllmEngine] = {}
 
-    def __call__(self, name: str, speculative: bool = False, draft_sampling: str = "greedy") -> VllmEngine:
-        key = (name, speculative, draft_sampling)
+    def __call__(self, name: str, speculative: bool = False, draft_sampling: str = "greedy",
+                 gamma: int = 3, alternate: bool = True) -> VllmEngine:
+        """alternate=False: verify with the whole composite (COS_VLLM_ALTERNATE=0, read at engine start)."""
+        key = (name, speculative, draft_sampling, gamma, alternate)
         if key not in self.cache:
             draft = COMPOSITES[name][3] if speculative else None
-            self.cache[key] = VllmEngine(self.dirs[name], speculative_draft=draft, num_speculative_tokens=3,
-                                         speculative_options={"draft_sample_method": draft_sampling},
-                                         **ENGINE_OPTIONS)
+            os.environ["COS_VLLM_ALTERNATE"] = "1" if alternate else "0"
+            try:
+                self.cache[key] = VllmEngine(self.dirs[name], speculative_draft=draft, num_speculative_tokens=gamma,
+                                             speculative_options={"draft_sample_method": draft_sampling},
+                                             **ENGINE_OPTIONS)
+            finally:
+                os.environ.pop("COS_VLLM_ALTERNATE")
         return self.cache[key]
 
     def spec(self, name: str) -> CompositeSpec:

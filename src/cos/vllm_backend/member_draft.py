@@ -30,6 +30,7 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
 
 from ..sampling import process_logits
+from .alternate import AlternateState, wanted
 from .composite import ARCHITECTURE, CompositeSpec
 
 
@@ -46,6 +47,13 @@ class MemberDraftProposer(DraftModelProposer):
     def __init__(self, vllm_config, device, runner=None) -> None:
         super().__init__(vllm_config=vllm_config, device=device, runner=runner)
         self.member = composite_member(vllm_config)
+        self._alternate: AlternateState | None = None  # alternate.py, set at load_model where it applies
+        self._req_ids: list[str] | None = None  # this step's requests, in row order
+        self._withheld_rows: list[int] = []  # rows whose first draft is the verifier's withheld token
+        self._capture = False  # keep the member's hidden states of the next forward (the first draft pass)
+        self._first_hidden: torch.Tensor | None = None
+        self._first_sampled: torch.Tensor | None = None  # the first pass's row of each request's last token
+        self._draft_logits: list[torch.Tensor] = []
 
     def load_model(self, target_model: torch.nn.Module) -> None:
         if self.member is None:
@@ -58,6 +66,32 @@ class MemberDraftProposer(DraftModelProposer):
         self._draft_attn_layer_names = {name for name, layer in layers.items()
                                         if id(layer) in own and layer.get_kv_cache_spec(self.vllm_config) is not None}
         assert self._draft_attn_layer_names, f"member {self.member} has no attention layer with a KV cache"
+        if wanted(self.vllm_config, len(self._composite.members)):
+            index = list(self._composite.members).index(self.member)
+            self._alternate = self._composite.alternate = AlternateState(self._composite.combination, index)
+            self._member_module.register_forward_hook(self._keep_first_hidden)
+
+    def _keep_first_hidden(self, module, args, output) -> None:
+        if self._capture:
+            self._first_hidden, self._capture = output, False
+
+    def set_inputs_first_pass(self, *args, **kwargs):
+        num_tokens, token_indices_to_sample, metadata = super().set_inputs_first_pass(*args, **kwargs)
+        self._first_sampled = token_indices_to_sample
+        return num_tokens, token_indices_to_sample, metadata
+
+    def prepare_next_token_ids_padded(self, sampled_token_ids, requests, gpu_input_batch, discard_request_mask):
+        """vLLM's next token per request, except where the verifier withheld t: the first pass feeds t
+        after the accepted drafts (all of them valid, as at a full accept with t as the bonus)."""
+        next_token_ids, valid = super().prepare_next_token_ids_padded(
+            sampled_token_ids, requests, gpu_input_batch, discard_request_mask)
+        self._req_ids = list(gpu_input_batch.req_ids[:gpu_input_batch.num_reqs])
+        withheld = self._alternate.withheld if self._alternate is not None else {}
+        self._withheld_rows = [i for i, r in enumerate(self._req_ids) if r in withheld]
+        for i in self._withheld_rows:
+            next_token_ids[i] = withheld[self._req_ids[i]][0]
+            valid[i] += 1
+        return next_token_ids, valid
 
     def _get_model(self) -> torch.nn.Module:
         return super()._get_model() if self.member is None else self._member_module
@@ -75,12 +109,71 @@ class MemberDraftProposer(DraftModelProposer):
             processed[rows] = process_logits(logits[rows], p)
         return super()._sample_from_logits(processed, sampling_metadata)
 
+    def _sample_draft_tokens(self, hidden_states, sampling_metadata):
+        """vLLM's draft, keeping the member's raw logits of it (r at the draft's position needs them)."""
+        if self._alternate is None:
+            return super()._sample_draft_tokens(hidden_states, sampling_metadata)
+        logits = self.model.compute_logits(hidden_states)
+        self._draft_logits.append(logits.float())
+        if not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy:
+            return logits.argmax(dim=-1), None
+        return self._sample_from_logits(logits, sampling_metadata)
+
     def propose(self, num_speculative_tokens, *args, **kwargs) -> torch.Tensor:
+        req_ids, rows, self._req_ids, self._withheld_rows = self._req_ids, self._withheld_rows, None, []
         if self.member is not None and num_speculative_tokens == 0:  # the composite keeps the member's KV
             self.num_speculative_tokens, self._last_draft_probs = 0, None
+            if self._alternate is not None:  # a withheld t is dropped: the next step samples r there
+                self._alternate.keep_drafts(None, [])
             metadata = kwargs.get("common_attn_metadata", args[5] if len(args) > 5 else None)
             return torch.empty(metadata.batch_size(), 0, dtype=torch.int64, device=self.device)
-        return super().propose(num_speculative_tokens, *args, **kwargs)
+        if self._alternate is None or req_ids is None:
+            if self._alternate is not None:
+                self._alternate.keep_drafts(None, [])
+            return super().propose(num_speculative_tokens, *args, **kwargs)
+        gamma = num_speculative_tokens
+        # a withheld t is a row's first draft: one drafter pass fewer where every row has one
+        inner = gamma - 1 if rows and len(rows) == len(req_ids) else gamma
+        self._draft_logits, self._capture = [], bool(rows)
+        tokens = super().propose(inner, *args, **kwargs)  # [B, inner]
+        logits = torch.stack(self._draft_logits, dim=1) if self._draft_logits else None
+        probs = self._last_draft_probs
+        if rows:
+            tokens, logits, probs = self._put_withheld_first(gamma, rows, req_ids, tokens, logits, probs)
+        self._draft_logits, self._first_hidden = [], None
+        self.num_speculative_tokens, self._last_draft_probs = gamma, probs
+        self._alternate.keep_drafts(logits, req_ids)
+        return tokens
+
+    def _put_withheld_first(self, gamma, rows, req_ids, tokens, logits, probs):
+        """Each withheld row's drafts become [t, its first γ - 1 drafts], with the member's logits at t's
+        position (its first-pass row before t) and q(t) = p_v, the distribution t was drawn from."""
+        withheld = self._alternate.withheld
+        at = torch.tensor(rows, device=tokens.device)
+        before_t = self._first_sampled[at].long() - 1
+        t_logits = self.model.compute_logits(self._first_hidden[before_t]).float()  # [W, V]
+        batch, vocab = len(req_ids), t_logits.shape[-1]
+        out_tokens = torch.empty(batch, gamma, dtype=tokens.dtype, device=tokens.device)
+        out_logits = torch.empty(batch, gamma, vocab, dtype=torch.float32, device=tokens.device)
+        out_tokens[:, :tokens.shape[1]] = tokens[:, :gamma]
+        if logits is not None:
+            out_logits[:, :logits.shape[1]] = logits[:, :gamma]
+        out_tokens[at, 0] = torch.tensor([withheld[req_ids[i]][0] for i in rows], dtype=tokens.dtype)
+        out_tokens[at, 1:] = tokens[at, :gamma - 1]
+        out_logits[at, 0] = t_logits
+        if logits is not None:
+            out_logits[at, 1:] = logits[at, :gamma - 1]
+        qs = [withheld[req_ids[i]][1] for i in rows]
+        if any(q is None for q in qs):  # all greedy: vLLM compares argmax r with each draft, no q
+            return out_tokens, out_logits, None
+        out_probs = torch.zeros(batch, gamma, vocab, dtype=torch.float32, device=tokens.device)
+        if probs is not None:
+            out_probs[:, :probs.shape[1]] = probs[:, :gamma]
+            out_probs[at, 1:] = probs[at, :gamma - 1]
+        else:  # argmax drafts under sampling: vLLM reads a missing q as one-hot on the draft; t's is p_v
+            out_probs.scatter_(2, out_tokens.long().unsqueeze(-1), 1.0)
+        out_probs[at, 0] = torch.stack(qs)
+        return out_tokens, out_logits, out_probs
 
 
 def install() -> None:

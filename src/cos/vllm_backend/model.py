@@ -32,6 +32,7 @@ from vllm.model_executor.model_loader.weight_utils import (
 )
 from vllm.model_executor.models.registry import ModelRegistry
 
+from .alternate import AlternateState, plain_sampling
 from .composite import CompositeSpec
 from .request_params import RowParams
 
@@ -51,6 +52,7 @@ class CosCollaborativeForCausalLM(nn.Module):
         self.hidden_sizes = [m.config.hidden_size for m in self.spec.members]
         self.row_params = RowParams()
         self.recorded: list | None = None  # tests set a list: (member logits, row params, log r) of every call
+        self.alternate: AlternateState | None = None  # set by the drafting member (member_draft.py)
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError("a CoS composite has one embedding per member: feed it input_ids, not embeddings")
@@ -59,11 +61,36 @@ class CosCollaborativeForCausalLM(nn.Module):
                 inputs_embeds: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
         if inputs_embeds is not None or intermediate_tensors is not None:
             raise NotImplementedError("CoS composite: inputs_embeds / pipeline parallelism are not supported")
-        hidden = [member(input_ids, positions) for member in self.members.values()]  # n × [T, H_i]
+        skip = self._drafter_left_out(input_ids.shape[0])
+        hidden = [member(input_ids, positions) if i != skip else None for i, member in enumerate(self.members.values())]
+        if skip is not None:  # the drafter's columns, never read (compute_logits uses the verifier's alone)
+            hidden[skip] = hidden[1 - skip].new_zeros(input_ids.shape[0], self.hidden_sizes[skip])  # n × [T, H_i]
         return torch.cat(hidden, dim=-1)  # [T, ΣH]
+
+    def _drafter_left_out(self, num_tokens: int) -> int | None:
+        """The drafting member's index when this step's pass runs the verifier alone (alternate.py): every
+        request is a draft block whose drafter logits are kept, and vLLM samples plainly; else None."""
+        state = self.alternate
+        if state is None:
+            return None
+        state.verifier_only = False
+        runner = self.row_params.runner()
+        if runner is None:
+            return None
+        batch = runner.input_batch
+        n = batch.num_reqs
+        drafts = [len(d) for d in (batch.spec_token_ids or [()] * n)[:n]]
+        structured = any(getattr(getattr(runner.requests.get(r), "sampling_params", None), "structured_outputs", None)
+                         for r in batch.req_ids[:n])
+        state.verifier_only = (num_tokens == n + sum(drafts) and state.covers(batch.req_ids[:n], drafts)
+                               and plain_sampling(batch.sampling_metadata) and not structured)
+        return state.draft_index if state.verifier_only else None
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         parts = torch.split(hidden_states, self.hidden_sizes, dim=-1)
+        if self.alternate is not None and self.alternate.verifier_only:  # the sampler forms r (alternate.py)
+            v = 1 - self.alternate.draft_index
+            return list(self.members.values())[v].compute_logits(parts[v]).float()
         logits = [member.compute_logits(h).float() for member, h in zip(self.members.values(), parts)]  # n × [R, V]
         params = self.row_params(hidden_states.shape[0])
         out = torch.empty_like(logits[0])

