@@ -104,21 +104,21 @@ def test_plain_sampling_is_softmax_of_the_logits_and_nothing_else():
         assert not plain_sampling(metadata(**changed)), changed
 
 
-def config(**spec) -> SimpleNamespace:
+def config(hf_config: dict | None = None, **spec) -> SimpleNamespace:
     return SimpleNamespace(
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(**(hf_config or {}))),
         speculative_config=SimpleNamespace(**({"disable_padded_drafter_batch": False, "parallel_drafting": False}
                                               | spec)),
         scheduler_config=SimpleNamespace(async_scheduling=False))
 
 
-def test_the_path_applies_to_two_members_on_vllms_synchronous_padded_drafter(monkeypatch):
-    monkeypatch.delenv("COS_VLLM_ALTERNATE", raising=False)
+def test_the_path_applies_to_two_members_on_vllms_synchronous_padded_drafter():
     assert wanted(config(), 2)
+    assert wanted(config({"cos_alternate_proposals": True}), 2)
+    assert not wanted(config({"cos_alternate_proposals": False}), 2)  # VllmEngine(alternate_proposals=False)
     assert not wanted(config(), 3)  # the HF engine's alternate framework covers n > 2
     assert not wanted(config(disable_padded_drafter_batch=True), 2)
     assert not wanted(config(parallel_drafting=True), 2)
     asynchronous = config()
     asynchronous.scheduler_config.async_scheduling = True
     assert not wanted(asynchronous, 2)
-    monkeypatch.setenv("COS_VLLM_ALTERNATE", "0")
-    assert not wanted(config(), 2)

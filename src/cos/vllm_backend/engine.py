@@ -14,6 +14,7 @@ import torch
 
 from ..sampling import SamplingParams
 from ..stopping import as_stop_strings
+from .alternate import OPTION
 from .composite import CompositeSpec
 from .gamma_by_batch import check_table
 from .request_params import extra_args
@@ -43,7 +44,9 @@ class VllmEngine:
 
     speculative_draft: None, a member name ("m1"), a member index (1) or a model folder. The draft
     proposes `num_speculative_tokens` (γ) tokens; vLLM's rejection sampler verifies them against r (the
-    composite's distribution) in one batched pass and adds a bonus token from r. speculative_options
+    composite's distribution) in one batched pass. A member of a two-member composite verifies with the
+    other member alone and withholds its sample as the next first draft (alternate.py; alternate_proposals=
+    False turns it off), otherwise the whole composite verifies and adds a bonus token from r. speculative_options
     go into vLLM's speculative_config. Drafts under sampling: a member of the composite drafts from its
     own CoS-processed distribution by default (member_draft.py; {"draft_sample_method": "greedy"} takes
     its argmax instead); another draft folder takes its argmax (vLLM's default) unless
@@ -60,7 +63,8 @@ class VllmEngine:
 
     def __init__(self, composite_dir: str | os.PathLike, speculative_draft: str | int | os.PathLike | None = None,
                  num_speculative_tokens: int = 5, speculative_options: dict | None = None,
-                 speculative_by_batch: Sequence[Sequence[int]] | None = None, **vllm_options) -> None:
+                 speculative_by_batch: Sequence[Sequence[int]] | None = None, alternate_proposals: bool = True,
+                 **vllm_options) -> None:
         from vllm import LLM  # imported here so that `cos.vllm_backend` imports without vLLM
 
         self.spec = CompositeSpec.load(composite_dir)  # clear errors before vLLM starts
@@ -80,6 +84,7 @@ class VllmEngine:
                 vllm_options["speculative_config"]["num_speculative_tokens_per_batch_size"] = \
                     check_table(speculative_by_batch, num_speculative_tokens)
             vllm_options.setdefault("per_request_spec_decode_metrics", "summary")  # -> Completion.spec
+            vllm_options["hf_overrides"] = {**(vllm_options.get("hf_overrides") or {}), OPTION: bool(alternate_proposals)}
         vllm_options.setdefault("max_logprobs", -1)
         vllm_options.setdefault("generation_config", "vllm")
         safe_engine_options(vllm_options)
