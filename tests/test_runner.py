@@ -182,12 +182,12 @@ def test_main_case_prints_text_and_statistics(tmp_path, monkeypatch, capsys):
     (["method.alpha=-1"], "contrastive alpha must be >= 0"),
     (["method.draft_threshold=1.5"], "draft_threshold must be a probability in [0, 1)"),
     (["backend=tpu"], "backend must be one of hf, vllm, got 'tpu'"),
-    (["backend=vllm"], "method cd_chef: the alternate-proposal CoS loop (the verifier's bonus kept as the next "
-                       "proposal) is not expressed by vLLM: use backend=hf, or cd_sd (method.bonus=exact) or cd"),
+    (["backend=vllm", "method.gamma=[5,5]"], "method cd_chef with gamma=[5, 5]: on vLLM the verifier proposes only "
+                                             "its own withheld token (γ = 1, the paper's setting)"),
     (["backend=vllm", "method.name=cd_sd"], "method cd_sd with bonus='none': vLLM's rejection sampler always draws"),
     (["backend=vllm", "method.name=cd_sd", "method.bonus=exact", "method.schedule=adaptive"],
      "method.schedule=adaptive does not apply on backend=vllm"),
-    (["backend=vllm", "method.name=cd", "compare_with=cd_chef"], "compare_with=cd_chef: the alternate-proposal"),
+    (["backend=vllm", "method.name=cd", "compare_with=cd_sd"], "compare_with=cd_sd with bonus='none'"),
     (["backend=vllm", "method.name=cd", "device=cpu"], "backend=vllm places the model and picks its kernels itself: "
                                                        "device='cpu' would be ignored"),
     (["backend=vllm", "method.name=cd", "dtype=[float32,bfloat16]"], "backend=vllm runs every member in one dtype"),

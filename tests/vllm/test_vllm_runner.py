@@ -118,3 +118,23 @@ def test_main_case_drafts_by_batch_size(overrides, loaded, tmp_path, capsys):
     assert "greedy identical: True" in capsys.readouterr().out
     case = json.loads((tmp_path / "case.json").read_text())
     assert case["drafted"] > 0
+
+
+def test_cd_chef_runs_as_alternate_proposals_and_equals_hf(overrides, loaded, member_dirs, hf_sides, tmp_path):
+    """cd_chef with the paper's γ [1, 3] on vLLM: the amateur drafts, the expert verifies alone and its own
+    sample is withheld (cos/vllm_backend/alternate.py), while cd_sd's engine verifies with the whole
+    composite. Greedy: backend=hf's tokens."""
+    chef = ["method=cd_chef", overrides[1], overrides[2], "method.gamma=[1,3]", *overrides[6:]]
+    hf_out, out = tmp_path / "hf", tmp_path / "vllm"
+    assert dataset_main(composed(chef), hf_out) == 0
+    assert dataset_main(composed([*chef, *VLLM]), out, loaded=loaded) == 0
+    tokenizer, side = load_tokenizer(str(member_dirs["small"])), hf_sides["cd2"]
+    want = {r["id"]: r["token_ids"] for r in lines(hf_out / "results.jsonl")}
+    for r in lines(out / "results.jsonl"):
+        ids = encode(tokenizer, r["prompt"], False, -1)
+        assert_greedy_equal(r["token_ids"], want[r["id"]], lambda j, got=r["token_ids"]: side.log_r(ids + got[:j], GREEDY)[-1])
+    assert json.loads((out / "summary.json").read_text())["method"] == "cd_chef"
+    verified_alone = {json.loads(key[4]).get("alternate_proposals"): engine.llm.apply_model(
+        lambda m: None if m.alternate is None else m.alternate.rounds)[0] for key, engine in loaded.items()}
+    assert verified_alone[True] > 0  # cd_chef's engine ran verifier-only rounds
+    assert verified_alone.get(False, None) is None  # cd_sd's engine (an earlier test's) has no alternate state

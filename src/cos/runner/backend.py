@@ -8,8 +8,9 @@
 |---|---|
 | large_model, we, cd, custom (standard) | the composite (one member for large_model), standard decoding |
 | we_sd, cd_sd, custom_sd (naive) | the composite, its proposer member as vLLM's draft model: Naive-CoS with the exact bonus (vLLM's rejection sampler always draws one), so method.bonus=exact; γ = the proposer's, fixed |
+| we_chef, cd_chef, custom_chef (cos), two members, the verifier's γ = 1 | the same, verified as CoS: the verifier alone, its own sample withheld as the next first draft (cos.vllm_backend.alternate, the paper's setting γ = [1, k]) |
 | sd | the target alone, draft_model as vLLM's draft model, γ fixed |
-| we_chef, cd_chef, custom_chef (cos), we_mix, we_mix_sd | not expressed: backend=hf |
+| *_chef otherwise, we_mix, we_mix_sd | not expressed: backend=hf |
 
 vLLM places the model and chooses its kernels itself, so the member-runtime keys of the HF engine
 (per-member device / dtype, threads, kernels, compile) must keep their defaults; vLLM's own options
@@ -30,9 +31,8 @@ if TYPE_CHECKING:
 BACKENDS = ("hf", "vllm")
 # loops vLLM runs -> what it runs them as (for messages)
 VLLM_LOOPS = {"standard": "standard decoding of the composite", "naive": "draft-model speculation on the composite",
-              "sd": "draft-model speculation on the target"}
-NOT_ON_VLLM = {"cos": "the alternate-proposal CoS loop (the verifier's bonus kept as the next proposal)",
-               "mix": "mixture sampling (one member per position)", "mix_sd": "mixture sampling with drafts"}
+              "cos": "alternate proposals on the composite", "sd": "draft-model speculation on the target"}
+NOT_ON_VLLM = {"mix": "mixture sampling (one member per position)", "mix_sd": "mixture sampling with drafts"}
 
 
 def check_backend(value) -> str:
@@ -51,6 +51,8 @@ def check_vllm_method(spec: "MethodSpec", schedule: str | None, role: str = "met
         raise ValueError(f"{head}: {NOT_ON_VLLM[loop]} is not expressed by vLLM: use backend=hf"
                          + (f", or {alternative} on backend=vllm" if alternative else ""))
     kw = dict(spec.plan_kwargs)
+    if loop == "cos":
+        _check_vllm_cos(head, len(spec.members), kw.get("gamma", 5))
     if loop == "naive" and kw.get("bonus") != "exact":
         raise ValueError(f"{head} with bonus={kw.get('bonus')!r}: vLLM's rejection sampler always draws the "
                          f"bonus token from r (Naive-CoS with the exact bonus): set method.bonus=exact, or use "
@@ -64,6 +66,17 @@ def check_vllm_method(spec: "MethodSpec", schedule: str | None, role: str = "met
                              f"not apply on backend=vllm: set method.schedule=fixed (or null), or use backend=hf")
         kw["schedule"] = "fixed"
     return replace(spec, plan_kwargs=kw)
+
+
+def _check_vllm_cos(head: str, n_members: int, gamma) -> None:
+    """vLLM's drafter is one fixed member; the other verifies and proposes only its withheld token."""
+    if n_members != 2:
+        raise ValueError(f"{head}: on vLLM alternate proposals take two members (one drafts, the other verifies), "
+                         f"got {n_members}: use backend=hf")
+    if not isinstance(gamma, int) and min(gamma) != 1:
+        raise ValueError(f"{head} with gamma={list(gamma)}: on vLLM the verifier proposes only its own withheld "
+                         f"token (γ = 1, the paper's setting): set method.gamma=[1, k] with k for the member that "
+                         f"drafts, or use backend=hf")
 
 
 def check_vllm_runtime(cfg: Mapping) -> dict:

@@ -2,7 +2,8 @@
 
 How each method runs there is backend.py's table: the composite of its members and its combination
 (the target alone for large_model and sd), decoded as is, or with one member as vLLM's draft model
-(*_sd: the plan's proposer, the smallest member by default, drafting its γ; sd: draft_model).
+(*_sd: the plan's proposer, the smallest member by default, drafting its γ, the whole composite verifying;
+*_chef: its proposer drafting, verified with alternate proposals; sd: draft_model).
 The baseline of compare_with is a second engine (vLLM fixes speculation per engine).
 Engines are kept in `loaded` when the caller passes one (a process running many configs); otherwise
 the run closes them when it ends (Built.close).
@@ -70,10 +71,12 @@ def vllm_method(spec: MethodSpec, paths: list[str], run: RunConfig, tokenizer, l
     draft, gamma = None, 1
     if loop == "sd":
         draft, gamma = str(Path(members[1]).resolve()), plan.gammas[1]
-    elif loop == "naive":
+    elif loop in ("naive", "cos"):  # cos: the verifier alone verifies, its sample withheld (alternate.py)
         draft, gamma = plan.proposer, plan.gammas[plan.proposer]
     # disable_log_stats=False: vLLM then times each request (decode seconds without the prefill)
     options = {"disable_log_stats": False, **run.vllm_options, "dtype": run.dtypes[0]}
+    if loop in ("naive", "cos"):
+        options["alternate_proposals"] = loop == "cos"
     if draft is None:  # γ by batch size is the speculative method's; the standard baseline drafts nothing
         options.pop("speculative_by_batch", None)
     key = ("vllm", str(composite), draft, gamma, json.dumps(options, sort_keys=True, default=str))
