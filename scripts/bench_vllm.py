@@ -100,19 +100,18 @@ def prompts(n: int, dataset: str = "gsm8k") -> list[str]:
 def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, alternate: bool = True) -> list[dict]:
     """One engine: no speculation (gamma 0), γ drafts every step, or γ by batch size (table); a speculative
     engine verifies with alternate proposals (the verifier alone, its sample withheld: alternate.py) or,
-    with alternate=False, with the whole composite (COS_VLLM_ALTERNATE=0)."""
+    with alternate=False, with the whole composite (VllmEngine alternate_proposals=False)."""
     from cos.vllm_backend import VllmEngine
 
     path = "by-batch" if table else ("alternate" if alternate else "composite") if gamma else "standard"
-    os.environ["COS_VLLM_ALTERNATE"] = "1" if alternate else "0"  # read when the engine loads its drafter
     engine = VllmEngine(composite, speculative_draft="m1" if gamma else None, num_speculative_tokens=max(gamma, 1),
-                        speculative_by_batch=table, enforce_eager=True, dtype=args.dtype, max_model_len=512, seed=0)
+                        speculative_by_batch=table, alternate_proposals=alternate, enforce_eager=True, dtype=args.dtype, max_model_len=512, seed=0)
     opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
     engine.generate(prompts(2, args.dataset), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
     rows = []
     for batch in args.batches:
         pool = prompts(batch * args.prompt_sets, args.dataset)
-        outs, seconds = [], 0.0
+        outs, seconds, counted = [], 0.0, alternate_counts(engine)
         for i in range(args.prompt_sets):  # one batch of distinct prompts after another, timed together
             batch_prompts = pool[i * batch:(i + 1) * batch]
             if args.exclude_prefill:  # untimed: the prompts' KV lands in vLLM's prefix cache
@@ -136,8 +135,7 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, a
                     "mean_acceptance_length": round(1 + accepted / rounds, 2) if rounds else 1.0,
                     "tokens_per_round": round(tokens / rounds, 2) if rounds else 0.0}
             # vLLM counts a withheld token as a rejected draft (alternate.py): tokens per round compare paths
-            verified, withheld = engine.llm.apply_model(
-                lambda m: (m.alternate.rounds, m.alternate.withheld_tokens) if m.alternate else (0, 0))[0]
+            verified, withheld = (now - before for now, before in zip(alternate_counts(engine), counted))
             row |= {"verifier_only_rounds": verified, "withheld_tokens": withheld}
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -146,6 +144,12 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, a
                 f.write(json.dumps(row) + "\n")
     engine.close()
     return rows
+
+
+def alternate_counts(engine) -> tuple[int, int]:
+    """(requests' verifier-only rounds, withheld tokens) of the engine so far (alternate.py)."""
+    return engine.llm.apply_model(lambda m: (m.alternate.rounds, m.alternate.withheld_tokens)
+                                  if m.alternate is not None else (0, 0))[0]
 
 
 def kv_cache_tokens(engine) -> int:
