@@ -1,5 +1,5 @@
 """Alternate proposals in vLLM: the verifier alone in the verify pass, its own sample withheld as the
-next round's first draft (ALGORITHM.md: the alternate-proposal framework; issue 12, items 2 and 3).
+next round's first draft (ALGORITHM.md §4.2, the alternate-proposal framework, with the verifier's γ = 1).
 
 With a member of a two-member composite drafting (member_draft.py), a round used to be one composite
 pass (verifier AND drafter over the block, so that r is known at every position, the bonus's included)
@@ -21,9 +21,10 @@ step re-feeds it (the verifier rewrites the same KV) before t and the new drafts
 counters therefore count each full accept as one rejection.
 
 Exact: every emitted token is a draft accepted against r with the q it was drawn from, or a token from
-the residual of r: standard speculative sampling (ALGORITHM.md §3), whatever proposed the draft. t is
-never emitted unverified, and dropping it (a step that does not go verifier-only) emits a token drawn
-from r at that position instead. Greedy: every emitted token is argmax r.
+the residual of r: standard speculative sampling (ALGORITHM.md §3), whatever proposed the draft (q
+only sets how often a draft is accepted). t is never emitted unverified; a step whose target pass
+runs the whole composite verifies it against the composite's r like any draft, and a step that drafts
+nothing (γ 0 by batch size) drops it and samples r there. Greedy: every emitted token is argmax r.
 
 Used only where the arithmetic is the plain contract (see `plain_sampling`): vLLM at temperature 1 or
 0 with nothing else reshaping the logits, since the withheld t must be drawn from exactly the q it is
@@ -40,8 +41,6 @@ from ..combination import Combination
 from ..sampling import SamplingParams, process_logits
 
 PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: a position with no token in the rejection sampler's output
-
-
 OPTION = "cos_alternate_proposals"  # the composite config's switch (VllmEngine sets it through hf_overrides)
 
 
