@@ -39,6 +39,7 @@ import torch
 
 from ..combination import Combination
 from ..sampling import SamplingParams, process_logits
+from .request_params import grouped
 
 PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: a position with no token in the rejection sampler's output
 OPTION = "cos_alternate_proposals"  # the composite config's switch (VllmEngine sets it through hf_overrides)
@@ -100,9 +101,7 @@ class AlternateState:
         drafter = torch.cat([self.draft_logits[row_of[r], :n] for r, n in zip(req_ids, spec.num_draft_tokens)])
         out = torch.empty(verifier_logits.shape, dtype=torch.float32, device=verifier_logits.device)
         for indices, rows in ((spec.target_logits_indices, drafter), (spec.bonus_logits_indices, None)):
-            row_params = [params[i] for i in indices.tolist()]
-            for p in set(row_params):
-                pick = torch.tensor([j for j, q in enumerate(row_params) if q == p], device=out.device)
+            for p, pick in grouped([params[i] for i in indices.tolist()], out.device):
                 v = verifier_logits[indices[pick]]
                 out[indices[pick]] = (self.combination.distribution(self._members(v, rows[pick]), p).log()
                                       if rows is not None else process_logits(v, p).log_softmax(-1))

@@ -35,6 +35,7 @@ from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from ..sampling import process_logits
 from .alternate import AlternateState, wanted
 from .composite import ARCHITECTURE, CompositeSpec
+from .request_params import grouped
 
 
 def composite_member(vllm_config) -> str | None:
@@ -107,8 +108,7 @@ class MemberDraftProposer(DraftModelProposer):
             return super()._sample_from_logits(logits, sampling_metadata)
         params = self._composite.row_params(logits.shape[0])
         processed = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
-        for p in set(params):
-            rows = torch.tensor([i for i, q in enumerate(params) if q == p], device=logits.device)
+        for p, rows in grouped(params, logits.device):
             processed[rows] = process_logits(logits[rows], p)
         return super()._sample_from_logits(processed, sampling_metadata)
 

@@ -34,7 +34,7 @@ from vllm.model_executor.models.registry import ModelRegistry
 
 from .alternate import AlternateState, plain_sampling
 from .composite import CompositeSpec
-from .request_params import RowParams
+from .request_params import RowParams, grouped
 
 
 class CosCollaborativeForCausalLM(nn.Module):
@@ -94,10 +94,8 @@ class CosCollaborativeForCausalLM(nn.Module):
         logits = [member.compute_logits(h).float() for member, h in zip(self.members.values(), parts)]  # n × [R, V]
         params = self.row_params(hidden_states.shape[0])
         out = torch.empty_like(logits[0])
-        for p in set(params):  # one batched call per distinct parameter set (usually one)
-            rows = [i for i, q in enumerate(params) if q == p]
-            idx = torch.tensor(rows, device=out.device)
-            picked = [l if len(rows) == l.shape[0] else l[idx] for l in logits]
+        for p, idx in grouped(params, out.device):
+            picked = [l if len(idx) == l.shape[0] else l[idx] for l in logits]
             out[idx] = self.combination.distribution(picked, p).log()  # log r, [rows, V]
         if self.recorded is not None:
             self.recorded.append((logits, params, out.clone()))

@@ -23,7 +23,9 @@ import logging
 import math
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+
+import torch
 
 from ..sampling import SamplingParams
 
@@ -90,6 +92,12 @@ def from_extra_args(extra: Mapping | None) -> SamplingParams:
 
 
 _warned: list[bool] = []
+
+
+def grouped(params: list[SamplingParams], device=None) -> Iterator[tuple[SamplingParams, torch.Tensor]]:
+    """Each distinct parameter set with the indices of its rows: one batched call per set (usually one)."""
+    for p in set(params):
+        yield p, torch.tensor([i for i, q in enumerate(params) if q == p], device=device)
 
 
 class RowParams:
