@@ -124,15 +124,12 @@ class MemberDraftProposer(DraftModelProposer):
 
     def propose(self, num_speculative_tokens, *args, **kwargs) -> torch.Tensor:
         req_ids, rows, self._req_ids, self._withheld_rows = self._req_ids, self._withheld_rows, None, []
+        # (the sampler forgot last step's kept logits: a step that keeps none verifies with the composite)
         if self.member is not None and num_speculative_tokens == 0:  # the composite keeps the member's KV
-            self.num_speculative_tokens, self._last_draft_probs = 0, None
-            if self._alternate is not None:  # a withheld t is dropped: the next step samples r there
-                self._alternate.keep_drafts(None, [])
+            self.num_speculative_tokens, self._last_draft_probs = 0, None  # a withheld t is dropped here
             metadata = kwargs.get("common_attn_metadata", args[5] if len(args) > 5 else None)
             return torch.empty(metadata.batch_size(), 0, dtype=torch.int64, device=self.device)
         if self._alternate is None or req_ids is None:
-            if self._alternate is not None:
-                self._alternate.keep_drafts(None, [])
             return super().propose(num_speculative_tokens, *args, **kwargs)
         gamma = num_speculative_tokens
         # a withheld t is a row's first draft: one drafter pass fewer where every row has one
