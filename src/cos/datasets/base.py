@@ -14,14 +14,16 @@ import json
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 # Named sizes, so that "tiny" means the same few prompts in smoke tests, CI and papers' appendices.
 SIZES: dict[str, int | None] = {"tiny": 5, "small": 200, "full": None}
 
-# ../shared/data beside the checkout (src/cos/datasets/base.py -> parents[4]); see docs/ENVIRONMENT.md.
-DEFAULT_DATA_ROOT = Path(__file__).resolve().parents[4] / "shared" / "data"
+# The paper's prompt templates ship inside this package (cos/datasets/prompts/*.txt; sources in its README).
+PROMPTS_PACKAGE = "cos.datasets"
+PROMPTS_FOLDER = "prompts"
 
 
 @dataclass
@@ -102,20 +104,23 @@ def read_jsonl(path: str | Path, split: str = "test", required: tuple[str, ...] 
 
 
 def read_hub(name: str, config: str | None, split: str) -> list[dict]:
-    """Rows from the Hugging Face hub; `datasets` is imported here so it stays an optional dependency."""
+    """Rows from the Hugging Face hub through `datasets` (cached by it in ~/.cache/huggingface/datasets);
+    `datasets` is imported here so it stays an optional dependency. Every failure (package missing,
+    offline, blocked, gated, renamed) is one RuntimeError that names `dataset.path`, the local fix."""
+    local = "or give local data with dataset.path=<a .jsonl file, or a folder holding test.jsonl>"
     try:
         from datasets import load_dataset  # noqa: PLC0415 (lazy on purpose)
     except ImportError as e:
         raise RuntimeError(
-            f"loading {name!r} from the hub needs the `datasets` package (pip install datasets), "
-            "or pass a local path to a jsonl file/folder instead"
+            f"loading {name!r} from the Hugging Face hub needs the `datasets` package (pip install datasets), {local}"
         ) from e
     try:
         ds = load_dataset(name, config, split=split)
-    except Exception as e:  # offline, gated, renamed: all end here with the same advice
+    except Exception as e:  # offline, blocked, gated, renamed: all end here with the same advice
+        reason = " ".join(str(e).split()) or type(e).__name__
         raise RuntimeError(
-            f"could not load {name!r} (config {config!r}, split {split!r}) from the hub: {e}. "
-            "If offline, pass a local path to a jsonl file/folder instead"
+            f"could not load {name!r} (config {config!r}, split {split!r}) from the Hugging Face hub "
+            f"({reason}); if the hub is unreachable or offline, {local}"
         ) from e
     return [dict(r) for r in ds]
 
@@ -130,23 +135,31 @@ def truncate_at_stop(text: str, stop_strings: list[str]) -> str:
     return text[:cut]
 
 
+def read_template(prompts_dir: str | Path | None, name: str) -> str:
+    """The text of template `<name>.txt`: from `prompts_dir` when given, else the one shipped in the package."""
+    if prompts_dir is None:
+        shipped = resources.files(PROMPTS_PACKAGE).joinpath(PROMPTS_FOLDER).joinpath(f"{name}.txt")
+        if not shipped.is_file():
+            raise FileNotFoundError(f"no packaged prompt template {name}.txt (cos/datasets/{PROMPTS_FOLDER}/): "
+                                    f"reinstall the package, or pass prompts_dir=<folder with {name}.txt>")
+        return shipped.read_text(encoding="utf-8")
+    path = Path(prompts_dir).expanduser() / f"{name}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt template {path} not found; pass prompts_dir=<folder with {name}.txt>, "
+                                f"or leave prompts_dir unset for the templates shipped with cos")
+    return path.read_text(encoding="utf-8")
+
+
 def render_template(prompts_dir: str | Path | None, name: str, **variables: Any) -> str:
-    """Render one of the paper's Jinja prompt templates (`<prompts_dir>/<name>.txt`) verbatim.
+    """Render one of the paper's Jinja prompt templates (`<name>.txt`, see read_template) verbatim.
 
     `keep_trailing_newline` keeps the file's final newline (gsm8k_fewshot.txt ends "step by step.\\n",
     like its own examples); StrictUndefined turns a misspelt variable into an error, not an empty slot.
     """
     import jinja2  # noqa: PLC0415 (only adapters that use templates need it)
 
-    folder = Path(prompts_dir).expanduser() if prompts_dir is not None else DEFAULT_DATA_ROOT / "prompts"
-    path = folder / f"{name}.txt"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"prompt template {path} not found; pass prompts_dir=<folder with {name}.txt> "
-            "(the templates live in ../shared/data/prompts beside the checkout)"
-        )
     template = jinja2.Template(
-        path.read_text(encoding="utf-8"), keep_trailing_newline=True, undefined=jinja2.StrictUndefined
+        read_template(prompts_dir, name), keep_trailing_newline=True, undefined=jinja2.StrictUndefined
     )
     return template.render(**variables)
 
@@ -159,7 +172,7 @@ class DatasetAdapter(ABC):
     """Load rows, build prompts, extract answers, score. Subclasses set the class attributes.
 
     Options common to all adapters: `use_fewshot` (few-shot vs zero-shot template) and `prompts_dir`
-    (folder of the Jinja templates; default ../shared/data/prompts beside the checkout), and overrides
+    (folder of the Jinja templates; default: those shipped in cos/datasets/prompts/), and overrides
     of the class defaults `stop_strings` / `max_new_tokens` that the runner passes to generation.
     """
 
@@ -188,11 +201,12 @@ class DatasetAdapter(ABC):
 
     # --- loading -----------------------------------------------------------------------------------
     def read_rows(self, path: str | None) -> list[dict]:
-        """All rows, from `path` when given, else from the hub."""
+        """All rows, from `path` (a jsonl file or a folder holding <split>.jsonl) when given, else from the hub."""
         if path is not None:
             return read_jsonl(path, self.split, self.required_fields)
         if self.hub_name is None:
-            raise ValueError(f"dataset {self.name!r} needs a path to a jsonl file or folder")
+            raise ValueError(f"dataset {self.name!r} needs dataset.path=<a jsonl file or a folder holding "
+                             f"{self.split}.jsonl>")
         return read_hub(self.hub_name, self.hub_config, self.split)
 
     def load(self, path: str | None = None, size: str | int = "full", seed: int = 0) -> list[Example]:

@@ -1,6 +1,6 @@
 """MMLU (57 subjects, 4 choices, generative chain of thought): the model reasons, then names a letter.
 
-Few-shot prompts are the per-subject chain-of-thought prefixes of mmlu/cot_prompts.json (five worked
+Few-shot prompts are the per-subject chain-of-thought prefixes of mmlu_cot_prompts.json (five worked
 examples each, ending "The answer is X."), a blank line, then mmlu_fewshot.txt for the question.
 Zero-shot prompts are mmlu_zeroshot.txt alone. Choices are written as in those prefixes:
 "(A) text \\n(B) text \\n(C) text \\n(D) text" (each line but the last ends in a space).
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+from importlib import resources
 from pathlib import Path
 
-from cos.datasets.base import DEFAULT_DATA_ROOT, DatasetAdapter, Example, render_template, truncate_at_stop
+from cos.datasets.base import DatasetAdapter, Example, render_template, truncate_at_stop
+
+# The per-subject prefixes ship inside this package (sources: cos/datasets/prompts/README.md).
+COT_PROMPTS_FILE = "mmlu_cot_prompts.json"
 
 LETTERS = "ABCD"
 
@@ -42,7 +46,7 @@ class MMLU(DatasetAdapter):
     """cais/mmlu "all", test split (14,042 rows): question, subject, choices[4], answer (0-3).
 
     `cot_prompts_path`: the per-subject few-shot prefixes (needed for few-shot only); by default
-    `cot_prompts.json` beside the loaded jsonl, else ../shared/data/mmlu/cot_prompts.json.
+    `cot_prompts.json` beside the loaded jsonl, else the copy shipped in the package (mmlu_cot_prompts.json).
     """
 
     name = "mmlu"
@@ -68,10 +72,15 @@ class MMLU(DatasetAdapter):
     def cot_prompt(self, subject: str) -> str:
         """The few-shot prefix for one subject (file read once)."""
         if self._cot_prompts is None:
-            path = Path(self.cot_prompts_path or DEFAULT_DATA_ROOT / "mmlu" / "cot_prompts.json")
-            if not path.is_file():
-                raise FileNotFoundError(f"MMLU few-shot needs cot_prompts.json; not found at {path}")
-            self._cot_prompts = json.loads(path.read_text(encoding="utf-8"))
+            if self.cot_prompts_path is None:
+                text = resources.files("cos.datasets").joinpath(COT_PROMPTS_FILE).read_text(encoding="utf-8")
+            else:
+                path = Path(self.cot_prompts_path).expanduser()
+                if not path.is_file():
+                    raise FileNotFoundError(f"MMLU few-shot needs cot_prompts.json; not found at {path} (leave "
+                                            f"cot_prompts_path unset for the prefixes shipped with cos)")
+                text = path.read_text(encoding="utf-8")
+            self._cot_prompts = json.loads(text)
         if subject not in self._cot_prompts:
             raise ValueError(f"no chain-of-thought prompt for MMLU subject {subject!r}")
         return self._cot_prompts[subject]
