@@ -6,7 +6,7 @@
 Members in config order [model = 1.5B (expert / target), extra = 0.5B (amateur / draft)]. For each
 dataset x temperature, every method runs on the same prompts after a warm-up; a row reports tokens/s
 (decode: total tokens / total decode time, prefill excluded; and end to end; medians over repeats),
-speedup over the method's standard counterpart measured in the same run, acceptance α, cost ratio c, the speedup ALGORITHM.md §6 predicts and
+speedup over the method's standard counterpart measured in the same run, acceptance α, cost ratio c, the speedup docs/algorithm.md §6 predicts and
 measured / predicted. Peers from transformers run beside ours: assisted generation (`assistant_model`)
 against `sd`, and `assistant_ensemble_weight` against `we_sd`, end to end against end to end
 (transformers times prefill and decode together); `e2e_over_ours` = theirs / ours. Under greedy decoding every

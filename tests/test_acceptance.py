@@ -1,4 +1,4 @@
-"""The acceptance rule, three ways (STYLE.md 10): closed form, deterministic tables, seeded checks."""
+"""The acceptance rule, three ways (CONTRIBUTING.md §10): closed form, deterministic tables, seeded checks."""
 
 from __future__ import annotations
 

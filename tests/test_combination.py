@@ -1,4 +1,4 @@
-"""Combination math and sampling semantics against hand-written formulas (ALGORITHM.md §2)."""
+"""Combination math and sampling semantics against hand-written formulas (docs/algorithm.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The one acceptance rule (ALGORITHM.md §3), for a whole block in one batched call.
+"""The one acceptance rule (docs/algorithm.md §3), for a whole block in one batched call.
 
 For a draft token x at a position with proposal distribution q and combined distribution r:
 - sampling: accept with probability min(1, r(x)/q(x)); at the first rejection emit a residual

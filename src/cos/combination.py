@@ -1,4 +1,4 @@
-"""Combination functions: members' logits -> the combined distribution r (ALGORITHM.md §2).
+"""Combination functions: members' logits -> the combined distribution r (docs/algorithm.md §2).
 
 Every combination declares its `space`:
 - `probs`: each member's logits are processed into p_i, then mixed in probability space;

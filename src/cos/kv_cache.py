@@ -6,7 +6,7 @@ of max_cache_len columns), which costs attention time on CPU when contexts are s
 one buffer per layer, [B, H, capacity, D], writes each call's keys/values in place at the valid length,
 and hands attention a view of the valid prefix: attention sees exactly the tokens a DynamicCache would
 hold, in the same layout of values, so logits are those of a fresh forward over the same tokens (tested:
-tests/test_kv_cache.py). A rollback (crop) only lowers the length; stale entries past it are overwritten
+tests/test_runtime.py::test_rollback_then_redecode_equals_fresh_forward). A rollback (crop) only lowers the length; stale entries past it are overwritten
 by the next write and never read. Capacity doubles, with one copy, if a request outgrows it.
 
 Models whose layers are not all full attention (sliding windows, linear attention, ...) get the

@@ -1,4 +1,4 @@
-"""A member: one causal LM with its own KV cache, on its own device (ALGORITHM.md §5).
+"""A member: one causal LM with its own KV cache, on its own device (docs/algorithm.md §5).
 
 The cache holds keys/values for a prefix of the current token sequence; `n_cached` counts the valid
 positions. `score(seq, n)` returns the member's logits at the last n positions of `seq` plus the

@@ -1,6 +1,6 @@
 """A weighted ensemble read as a mixture: the coins, the block they fix, and its cost model.
 
-Pure math (STYLE.md 1): no model, no cache. The decoding loop is methods/mixture.py; the proof
+Pure math (CONTRIBUTING.md §1): no model, no cache. The decoding loop is methods/mixture.py; the proof
 sketch and the cost model in words are in docs/mixture_sampling.md.
 
 For r = Σ w_i p_i (probs space, each p_i processed per member) the component z_t ~ w of every
@@ -130,7 +130,7 @@ def predicted_speedup(weights: Sequence[float], proposer: int, beta: float, seco
                       gamma: int, m: int | None = None) -> float | None:
     """Speedup over standard WE (Σ_i t_i per token) of the policy drafting m foreign positions per
     round (None: the best m for this β and these costs, the adaptive schedule's aim), with t_i member
-    i's seconds per call whatever it feeds (ALGORITHM.md §6: verifying is memory-bound).
+    i's seconds per call whatever it feeds (docs/algorithm.md §6: verifying is memory-bound).
     ME (m = 0, γ = 1) gives Σ t_i / Σ w_i t_i."""
     if any(t <= 0 for t in seconds_per_call):
         return None

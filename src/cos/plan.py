@@ -1,4 +1,4 @@
-"""Method names -> what runs (ALGORITHM.md §4), validated before any model is loaded or run.
+"""Method names -> what runs (docs/algorithm.md §4), validated before any model is loaded or run.
 
 | method | loop | combination over | proposer |
 |---|---|---|---|
@@ -53,7 +53,7 @@ def ignored_bonus(method: str, bonus: str) -> str | None:
     loop = LOOPS.get(method)
     if bonus == "none" or loop in (None, "naive"):
         return None
-    why = {"cos": "CoS keeps the verifier's own bonus token as a pending proposal (ALGORITHM.md §4.2)",
+    why = {"cos": "CoS keeps the verifier's own bonus token as a pending proposal (docs/algorithm.md §4.2)",
            "sd": "sd always draws its bonus token from the target", "standard": "nothing is drafted",
            "mix": "nothing is drafted", "mix_sd": "its bonus comes from a verifier that owns the next position"}[loop]
     return (f"method {method} would ignore bonus={bonus!r}: it applies to Naive-CoS (we_sd, cd_sd, custom_sd) "

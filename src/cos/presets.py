@@ -1,4 +1,4 @@
-"""Named combinations (ALGORITHM.md §2) from plain arguments: what configs and the API call."""
+"""Named combinations (docs/algorithm.md §2) from plain arguments: what configs and the API call."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One proposer interface (STYLE.md 4): `propose(seq, k) -> Draft`.
+"""One proposer interface (CONTRIBUTING.md §4): `propose(seq, k) -> Draft`.
 
 A member drafting autoregressively is the only proposer the methods need today; a separate draft
 model is just a member that is not part of the combination, and an n-gram proposer would return a

@@ -1,11 +1,11 @@
 """Sampling semantics shared by every method: temperature, top-k, top-p, greedy.
 
-Pure math (STYLE.md 1): tensors and a `torch.Generator` in, tensors out. Nothing here touches a
+Pure math (CONTRIBUTING.md §1): tensors and a `torch.Generator` in, tensors out. Nothing here touches a
 model, a cache or the global RNG.
 
 Greedy decoding is `temperature == 0`. Under greedy decoding distributions are still computed (with
 temperature taken as 1, top-k / top-p applied as configured) because the combined distribution r is
-defined on distributions; the emitted token is then argmax r (ALGORITHM.md §2).
+defined on distributions; the emitted token is then argmax r (docs/algorithm.md §2).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `fixed` keeps the paper's schedule: the proposer drafts γ every round (seed-deterministic; what the
 reproduction grids use). `adaptive` chooses, before each round that starts a draft, the length k in
-0..γ that maximises expected tokens per second under the cost model of ALGORITHM.md §6, with every
+0..γ that maximises expected tokens per second under the cost model of docs/algorithm.md §6, with every
 cost measured on this machine, now:
     k = 0 (a standard round):  1 token  for  Σ_m t_m(1)
     k ≥ 1 (a speculative one): (1 - α^(k+b)) / (1 - α) tokens  for  k·t_p(1) + Σ_v t_v(k+1)

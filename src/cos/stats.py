@@ -1,4 +1,4 @@
-"""Statistics of one generation, and the speedup ALGORITHM.md §6 predicts from them.
+"""Statistics of one generation, and the speedup docs/algorithm.md §6 predicts from them.
 
 Definitions follow vLLM's spec-decode metrics: acceptance rate = accepted / drafted; mean
 acceptance length = 1 + accepted / rounds. c = (time per call of the proposer) / (time per call of

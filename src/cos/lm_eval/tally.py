@@ -2,7 +2,7 @@
 
 Records have the runner's shape (runner/summary.py `record_stats`, runner/run.py `generate_pair`), so
 the totals are the runner's: acceptance rate = accepted / drafted, mean acceptance length = 1 +
-accepted / rounds, tokens/s = total new tokens / total decode time, the speedup ALGORITHM.md §6 predicts
+accepted / rounds, tokens/s = total new tokens / total decode time, the speedup docs/algorithm.md §6 predicts
 from the measured α and per-call costs, and with compare_with the speedup measured over the baseline
 in the same process (and the greedy identity check).
 """

@@ -1,4 +1,4 @@
-"""CoS: the alternate proposal framework for n members (ALGORITHM.md §4.2-4.3; paper Alg. 1-2).
+"""CoS: the alternate proposal framework for n members (docs/algorithm.md §4.2-4.3; paper Alg. 1-2).
 
 State: committed tokens (st.seq); pending tokens S_c, each drawn from its owner's own distribution
 q; per member k, `cached[k]`: the logits it has already computed at the positions of a

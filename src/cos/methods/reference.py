@@ -2,7 +2,7 @@
 
 Every step runs every model over the whole sequence and draws one token from r. It shares nothing
 with the fast paths but the combination and sampling math, so tests can hold every accelerated
-method against it (STYLE.md 9).
+method against it (CONTRIBUTING.md §9).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `sd`: the proposer is a draft model outside the combination (r = the target's distribution), so r
 is known at the position after the block and a bonus token is drawn there (Leviathan et al. 2023).
 Naive-CoS: the proposer is a member, so r at that position also needs the proposer's logits there.
-With `bonus="none"` (the paper) nothing is drawn; with `bonus="exact"` (ALGORITHM.md §4.1) the
+With `bonus="none"` (the paper) nothing is drawn; with `bonus="exact"` (docs/algorithm.md §4.1) the
 verifiers' distributions there are kept, and once the proposer computes its own (its next forward,
 needed anyway) a token is drawn from r directly: exact and never rejected.
 """

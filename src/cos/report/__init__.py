@@ -5,7 +5,7 @@ cells.py     expand a grid into cells, each with its checked run configuration
 runs.py      run the cells (skip finished, resume partial, re-run busy ones, one failure never stops the rest);
              read results
 intervals.py 95% intervals from per-prompt records: paired bootstrap speedup, Wilson / bootstrap quality
-paper.py     the published numbers of the CoS paper (../shared/docs/PAPER_RESULTS.md) as data
+paper.py     the published numbers of the CoS paper (Fu et al., ICML 2025, arXiv 2502.01662, Tables 2-8) as data
 tables.py    results -> the paper's tables: their data (report.json) and markdown (report.md)
 plots.py     the tables' data -> matplotlib PNGs (Agg canvas)
 document.py  report.md, report.json, the plots, README_snippet.md

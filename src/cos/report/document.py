@@ -78,7 +78,7 @@ def markdown(data: dict, grid: Grid) -> str:
     lines += [data["description"].strip(), ""] if data["description"].strip() else []
     lines += [f"{done}/{len(results)} cells have results. Speedups are over each method's standard counterpart "
               f"(we, cd), measured side by side on the same prompts in the same process (compare_with=standard); "
-              f"α = acceptance rate; pred = the speedup ALGORITHM.md §6 predicts from the measured α and cost "
+              f"α = acceptance rate; pred = the speedup docs/algorithm.md §6 predicts from the measured α and cost "
               f"ratio c; γ = the proposer's proposal length (every other member 1) that gave the best measured "
               f"speedup, of {gammas}. SD = Naive-CoS (a fixed proposer verified against r), as in the paper. "
               f"WE: λ = {grid.lam:g} (two members); CD: μ (method.alpha) = {grid.alpha:g}. "

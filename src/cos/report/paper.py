@@ -1,4 +1,5 @@
-"""The published numbers of the CoS paper (ICML 2025, v2) as data: ../shared/docs/PAPER_RESULTS.md.
+"""The published numbers of the CoS paper as data: Fu et al., "Fast Large Language Model Collaborative
+Decoding via Speculation", ICML 2025 (arXiv 2502.01662, v2), Tables 2-8, read off the paper itself.
 
 Keys: family ("we" | "cd"), the paper's pair name, temperature, role. Roles: "parallel" (WE-P / CD-P:
 members on separate devices, not reproduced here), "naive" (the paper's "SD" = Naive-CoS, our

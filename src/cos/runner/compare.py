@@ -3,7 +3,7 @@
 Each prompt runs on the baseline, then on the method, back to back with the same members, tokenizer,
 sampling options and seed, so the speedup is a ratio measured in one run with one way of counting.
 Under greedy decoding every collaborative method must reproduce its standard counterpart token for
-token (ALGORITHM.md §4): any prompt where the outputs differ is reported with the first position
+token (docs/algorithm.md §4): any prompt where the outputs differ is reported with the first position
 at which the token ids differ and how near a float tie r was there (greedy_gap.py).
 """
 

@@ -1,4 +1,4 @@
-"""A composed run configuration -> plain, checked arguments (STYLE.md 12).
+"""A composed run configuration -> plain, checked arguments (CONTRIBUTING.md §12).
 
 Hydra composes YAML at the entry points only; everything below them takes the dataclasses built
 here. Every check runs before any model is loaded; every failure is a ValueError whose one-line
@@ -16,7 +16,7 @@ from ..sampling import SamplingParams
 from .backend import check_backend, check_vllm_method, check_vllm_runtime
 from .schema import check_keys
 
-# Member keys of each method family, in config order (ALGORITHM.md §4).
+# Member keys of each method family, in config order (docs/algorithm.md §4).
 MEMBER_KEYS = {"large_model": ("model",), "sd": ("model", "draft_model"), "we": ("model", "extra_model"),
                "cd": ("model", "amateur_model"), "custom": ("model", "extra_model")}
 ALL_MEMBER_KEYS = ("model", "extra_model", "amateur_model", "draft_model")

@@ -2,7 +2,7 @@
 
 A custom combination is any importable callable `f(values, **kwargs) -> tensor`: `values` is the
 list of member tensors in config order [model, *extra_model], each [..., V]; what they are and what
-f returns depends on the declared `space` (ALGORITHM.md §2):
+f returns depends on the declared `space` (docs/algorithm.md §2):
   probs       processed probabilities in, (unnormalised) probabilities out
   logits      processed logits in, logits out (softmax follows)
   raw-logits  raw logits in, logits out (temperature / top-k / top-p follow, then softmax)

@@ -1,4 +1,4 @@
-"""The benchmark loop (STYLE.md 13): load the selection, skip finished prompts, warm up, generate,
+"""The benchmark loop (CONTRIBUTING.md §13): load the selection, skip finished prompts, warm up, generate,
 score and record each prompt as it finishes, then summarize.
 
     summary = run_dataset(cfg, Path("outputs/x"))   # cfg: a composed config as a plain dict

@@ -1,10 +1,10 @@
-"""Per-prompt records -> one summary (summary.json), with vLLM's metric definitions (STYLE.md 13).
+"""Per-prompt records -> one summary (summary.json), with vLLM's metric definitions (CONTRIBUTING.md §13).
 
 Speed is decode speed: the engine's wall time from the first decoding step to the last committed
 token (prefill and tokenization excluded; `e2e_seconds` includes them). Two averages, because they
 differ when prompts differ in length: total tokens / total time, and the mean of per-prompt rates.
 acceptance rate = accepted / drafted; mean acceptance length = 1 + accepted / rounds (all prompts).
-predicted_speedup: ALGORITHM.md §6 from the run's measured α and per-call costs (stats.predict_speedup
+predicted_speedup: docs/algorithm.md §6 from the run's measured α and per-call costs (stats.predict_speedup
 on the totals); measured_speedup: over the compare_with baseline in the same run, when there is one.
 """
 

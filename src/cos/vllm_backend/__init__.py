@@ -55,7 +55,7 @@ top-k/top-p.
 
 Speculative acceleration: what vLLM expresses and what it does not
 - A member of a two-member composite drafting (`speculative_draft="m1"`, the default engine): CoS's
-  alternate-proposal framework (ALGORITHM.md §4.2) with the verifier's γ = 1, the paper's own setting
+  alternate-proposal framework (docs/algorithm.md §4.2) with the verifier's γ = 1, the paper's own setting
   (alternate.py). The member drafts as the composite's own module (member_draft.py:
   its weights and paged KV cache resident once), keeping its raw logits of every draft; the verify pass
   runs the verifier alone, r at each draft's position is formed from the verifier's row and the kept one,
@@ -69,7 +69,7 @@ Speculative acceleration: what vLLM expresses and what it does not
   '{"cos_alternate_proposals": false}'`). vLLM's acceptance counters read each withheld token as a
   rejected draft: compare paths by tokens per round (`scripts/bench_vllm.py` prints them).
 - Otherwise (three or more members, a draft from another folder, or turned off): Naive-CoS with the
-  exact bonus (ALGORITHM.md §4.1): one fixed member drafts γ tokens (vLLM `draft_model` method), the
+  exact bonus (docs/algorithm.md §4.1): one fixed member drafts γ tokens (vLLM `draft_model` method), the
   whole composite verifies the block against r in one batched pass (re-running the drafting member over
   it), and the bonus is drawn from r.
 - Not expressed: a verifier that drafts more than its withheld token (γ > 1 for both members, the HF

@@ -1,5 +1,5 @@
 """Alternate proposals in vLLM: the verifier alone in the verify pass, its own sample withheld as the
-next round's first draft (ALGORITHM.md §4.2, the alternate-proposal framework, with the verifier's γ = 1).
+next round's first draft (docs/algorithm.md §4.2, the alternate-proposal framework, with the verifier's γ = 1).
 
 With a member of a two-member composite drafting (member_draft.py), a round used to be one composite
 pass (verifier AND drafter over the block, so that r is known at every position, the bonus's included)
@@ -21,7 +21,7 @@ step re-feeds it (the verifier rewrites the same KV) before t and the new drafts
 counters therefore count each full accept as one rejection.
 
 Exact: every emitted token is a draft accepted against r with the q it was drawn from, or a token from
-the residual of r: standard speculative sampling (ALGORITHM.md §3), whatever proposed the draft (q
+the residual of r: standard speculative sampling (docs/algorithm.md §3), whatever proposed the draft (q
 only sets how often a draft is accepted). t is never emitted unverified; a step whose target pass
 runs the whole composite verifies it against the composite's r like any draft, and a step that drafts
 nothing (γ 0 by batch size) drops it and samples r there. Greedy: every emitted token is argmax r.

@@ -1,4 +1,4 @@
-"""The composite vLLM model: n member LMs in one model, whose logits are log r (ALGORITHM.md §2).
+"""The composite vLLM model: n member LMs in one model, whose logits are log r (docs/algorithm.md §2).
 
 Each member is vLLM's own implementation of its architecture (LlamaForCausalLM, Qwen2ForCausalLM, ...),
 built from its own HF config, so it keeps its own weights and its own paged KV cache (vLLM allocates

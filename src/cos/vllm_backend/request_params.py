@@ -1,7 +1,7 @@
 """Per-row CoS sampling parameters for the rows of `compute_logits` (vLLM internals, read only).
 
 Why: in `probs` space (WE, mean) r depends on the temperature / top-k / top-p applied to EACH member
-(ALGORITHM.md §2), so the composite must know them when it computes r. vLLM calls
+(docs/algorithm.md §2), so the composite must know them when it computes r. vLLM calls
 `model.compute_logits(hidden_states)` with no request information, so we read it from the model runner
 that called us: its `input_batch` lists the running requests in row order, and each request's
 `SamplingParams.extra_args` carries the CoS parameters (keys below). Rows per request = 1 + the
