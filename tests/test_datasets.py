@@ -319,3 +319,21 @@ def test_unknown_dataset() -> None:
     with pytest.raises(ValueError, match="gsm8k") as info:
         get_dataset("imagenet")
     assert all(name in str(info.value) for name in REGISTRY)
+
+
+def test_lm_eval_gsm8k_local_has_no_default_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The lm-eval task reads the folder it is given (metadata or COS_GSM8K_DIR), never a guessed one."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "src" / "cos" / "lm_eval" / "tasks" / "gsm8k_local.py"
+    spec = importlib.util.spec_from_file_location("gsm8k_local_under_test", path)
+    task = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task)  # type: ignore[union-attr]
+    fake_datasets(monkeypatch, lambda *a, **k: pytest.fail("no folder given, nothing may be loaded"))
+    monkeypatch.delenv(task.ENV, raising=False)
+    with pytest.raises(ValueError, match="gsm8k_dir") as info:
+        task.load()
+    assert task.ENV in str(info.value)
+    monkeypatch.setenv(task.ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        task.load()
