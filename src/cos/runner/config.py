@@ -165,7 +165,7 @@ def baseline_spec(m: Mapping, other: str) -> MethodSpec | None:
         return None  # a standard method compared with itself: nothing to compare
     if other not in REGISTRY:
         raise ValueError(f"compare_with={other!r} is not a method: use standard or one of {', '.join(REGISTRY)}")
-    if other == "large_model":
+    if REGISTRY[other].family.n_members == 1:  # large_model: the first member alone
         return method_spec({"name": other, "model": m.get("model")})
     if family(other) != family(name):
         raise ValueError(f"compare_with={other} cannot run on the members of method {name}: "
