@@ -27,34 +27,13 @@ longest ago), so a choice made under one load is revisited when the load changes
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+
+from .costs import CallCosts
 
 SCHEDULES = ("fixed", "adaptive")
 Rate = Callable[[int, float], "float | None"]  # (k, α) -> expected tokens per second
-EWMA = 0.3
 PRIOR_DRAFTS = 4.0
 PROBE_EVERY = 16
-
-
-@dataclass
-class CallCosts:
-    """Moving-average seconds per forward of a member, by the number of tokens fed."""
-
-    seconds: dict[int, float] = field(default_factory=dict)
-
-    def observe(self, n_tokens: int, seconds: float) -> None:
-        old = self.seconds.get(n_tokens)
-        self.seconds[n_tokens] = seconds if old is None else (1 - EWMA) * old + EWMA * seconds
-
-    def __call__(self, n_tokens: int) -> float | None:
-        """Estimated seconds for n tokens: measured, else the nearest measured length below (else above)."""
-        if n_tokens in self.seconds:
-            return self.seconds[n_tokens]
-        below = [n for n in self.seconds if n < n_tokens]
-        above = [n for n in self.seconds if n > n_tokens]
-        if below:
-            return self.seconds[max(below)]
-        return self.seconds[min(above)] if above else None
 
 
 def expected_tokens(alpha: float, k: int, bonus: int) -> float:

@@ -85,7 +85,7 @@ class MixtureLoop:
 
     def round(self) -> list[int]:
         st = self.st
-        start, budget = st.seq.shape[0], st.stopper.max_new_tokens - len(st.stopper.tokens)
+        start, budget = st.seq.shape[0], st.remaining
         cap = min(self.gamma, budget)
         # 1. the coins of the positions ahead fix the block; m from the past alone
         z = self.coins.ahead(cap + 1)
@@ -108,11 +108,7 @@ class MixtureLoop:
                 target = torch.cat([target, probs[block.closing][-1:]])
             n_acc, nxt = verify_block(tokens[rows], draft.q[rows], target, False, st.generator)
             n_acc, nxt = torch.stack([n_acc, nxt]).tolist()
-            st.stats.rounds += 1
-            st.stats.drafted += len(block.foreign)
-            st.stats.accepted += n_acc
-            if self.schedule is not None:
-                self.schedule.observe(len(block.foreign), n_acc)
+            st.count_round(len(block.foreign), n_acc, self.schedule)
             if n_acc < len(block.foreign):  # the residual ends the round at the rejected position
                 n_keep = block.foreign[n_acc]
         emitted = tokens[:n_keep].tolist() + ([nxt] if nxt != NO_TOKEN else [])
