@@ -102,8 +102,8 @@ class Engine:
         kernels: the CPU bf16 linear kernel (cos.kernels): "auto" installs it where it measures faster.
 
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
-        default: 1.7x float32 for one 1.5B model and 2.4x for CoS on a 2-core AVX512-BF16 CPU
-        (scripts/bench_dtype.py); exactness holds in any dtype (against the standard method run in it).
+        default (faster than float32 on CPUs with native bf16: scripts/bench_dtype.py); exactness holds
+        in any dtype (against the standard method run in it).
         """
         if isinstance(paths, str):
             raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")

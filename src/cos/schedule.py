@@ -87,9 +87,8 @@ class Schedule:
     @property
     def alpha(self) -> float:
         """Per-draft acceptance, the α of the §6 model: accepted / tested. A round stops at its first
-        rejection, so the drafts after it were never tested; counting them (accepted / drafted) read
-        β = 0.9 at γ = 5 as 0.74, and the adaptive schedule then drafted too little (we_mix_sd on
-        HumanEval at λ = 0.3: m ≤ 1 and 1.58x, where m = 5 ran 2.29x)."""
+        rejection, so the drafts after it were never tested; counting them (accepted / drafted) reads
+        β = 0.9 at γ = 5 as 0.74, and the adaptive schedule then drafts too little."""
         return (self.accepted + PRIOR_DRAFTS * self.prior) / (self.tested + PRIOR_DRAFTS)
 
     def length(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,

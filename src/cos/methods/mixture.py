@@ -15,8 +15,7 @@ Every position's component z_t ~ w is drawn ahead from the coins' own generator.
 A block with no foreign position needs no verify pass; a member nobody needs does not run.
 
 The adaptive schedule learns β from the foreign positions it drafts; rounds of m = 0 draft none, so
-once it chose ME it would never see evidence to leave it (the exploration trap: HumanEval at λ = 0.5
-chose m = 0 in 31 of 40 rounds at a measured β of 0.40). Every ME step is evidence too: member k
+once it chose ME it would never see evidence to leave it (the exploration trap). Every ME step is evidence too: member k
 emitted a foreign position from p_k, and the proposer's next forward feeds that token anyway, so one
 more logits row there gives p_s and the exact acceptance chance Σ min(p_s, p_k) of a draft at that
 position, for no extra forward. Statistics only: no draw depends on it.
