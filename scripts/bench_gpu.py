@@ -15,7 +15,7 @@ It measures:
      proposer's own distribution (realignment λ = 1: everything accepted) and r = the large member's
      (λ = 0: random members, nothing accepted); the round costs the same either way, so the speedup
      at the CPU's α follows: tokens per round (§6) / seconds per round, over the standard method.
-Targets (issue 13): captured 1.5B single-token step <= 1/3 of eager; c within 1.5x of the bytes ratio.
+Targets: captured 1.5B single-token step <= 1/3 of eager; c within 1.5x of the bytes ratio.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from cos import Engine, make_combination, make_plan
 from cos.member import Member
+from cos.plan import REGISTRY
 from cos.schedule import expected_tokens
 
 CONFIGS = {  # the real architectures (hidden, intermediate, layers, heads, kv heads, vocab, tied head)
@@ -52,6 +53,7 @@ TINY = {name: dict(hidden_size=64 * (1 + i % 2), intermediate_size=128, num_hidd
         for i, name in enumerate(CONFIGS)}
 PAIRS = [("qwen2.5-1.5b", "qwen2.5-0.5b"), ("llama-3.1-8b", "llama-3.2-1b")]  # [large, small]
 CONTEXT, CAPACITY = 256, 1024
+PRESET_KWARGS = {"cd": {"alpha": 0.1}, "we": {"lam": 0.5}}  # the combination of each family's methods
 
 
 def build(name: str, device: str, dtype: torch.dtype, tiny: bool):
@@ -83,10 +85,10 @@ def seconds_per_call(member: Member, q: int, device: str, repeats: int) -> float
 
 
 def tokens_per_second(members, method: str, device: str, n_tokens: int, **plan_kwargs) -> tuple[float, object]:
-    n = 1 if method == "large_model" else 2
-    kind = method.split("_")[0]
-    combination = None if method == "large_model" else plan_kwargs.pop("combination", None) or \
-        make_combination(kind, 2, **({"alpha": 0.1} if kind == "cd" else {"lam": 0.5}))
+    family = REGISTRY[method].family
+    n = 1 if family.one_model else 2
+    combination = None if family.one_model else plan_kwargs.pop("combination", None) or \
+        make_combination(family.preset, 2, **PRESET_KWARGS[family.preset])
     engine = Engine(members[:n], make_plan(method, n, combination, **plan_kwargs))
     prompt = torch.randint(0, 1000, (64,)).tolist()
     engine.generate(prompt, max_new_tokens=8, temperature=0, eos_token_ids=[])  # warm-up
@@ -138,21 +140,22 @@ def main() -> None:
             for method in ("large_model", "cd", "we"):
                 report["tokens_per_second"][f"{runtime}/{method}"] = tokens_per_second(ms, method, device, args.tokens)[0]
             for (method, gamma, alpha) in zip(("cd_sd", "cd_chef", "we_chef"), (5, [1, 5], [1, 5]), args.alpha):
+                naive, standard_method = REGISTRY[method].loop == "naive", REGISTRY[method].family.standard
                 rows = {}
                 for regime, lam in (("all_accepted", 1.0), ("none_accepted", 0.0)):
                     combination = make_combination("realignment", 2, lam=lam)
-                    kw = dict(gamma=gamma, proposer=1 if method == "cd_sd" else None, combination=combination)
+                    kw = dict(gamma=gamma, proposer=1 if naive else None, combination=combination)
                     _, st = tokens_per_second(ms, method, device, args.tokens, **kw)
                     rows[regime] = {"seconds_per_round": st.wall_seconds / max(1, st.rounds),
                                     "tokens_per_round": st.new_tokens / max(1, st.rounds), "alpha": st.acceptance_rate}
                 per_round = statistics.mean(r["seconds_per_round"] for r in rows.values())
-                bonus = 0 if method == "cd_sd" else 1
-                standard = report["tokens_per_second"][f"{runtime}/{method.split('_')[0]}"]
+                bonus = 0 if naive else 1
+                standard = report["tokens_per_second"][f"{runtime}/{standard_method}"]
                 predicted = expected_tokens(alpha, 5, bonus) / per_round / standard
                 report["rounds"][f"{runtime}/{method}"] = {**rows, "alpha_cpu": alpha,
                                                            "predicted_speedup_at_alpha": predicted}
                 print(f"{runtime:8s} {method:8s} round {1000 * per_round:.1f} ms; predicted speedup at α={alpha}: "
-                      f"{predicted:.2f}x over {method.split('_')[0]} ({standard:.1f} tok/s)", flush=True)
+                      f"{predicted:.2f}x over {standard_method} ({standard:.1f} tok/s)", flush=True)
     print_summary(report)
     out = os.environ.get("OUT")
     if out:

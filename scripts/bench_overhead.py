@@ -17,7 +17,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from cos import Engine, make_combination, make_plan  # noqa: E402
+from cos import Engine  # noqa: E402
+from cos.engine import plan_from_kwargs  # noqa: E402
 from cos.loading import load_member  # noqa: E402
 from cos.member import Member  # noqa: E402
 
@@ -39,9 +40,8 @@ def main() -> None:
     args = ap.parse_args()
     ms = members_from(args)
     prompt = list(range(10, 60))
-    for method, gamma in [("we", 1), ("we_sd", 5), ("we_chef", [1, 5]), ("cd_chef", [1, 5])]:
-        kind = method.split("_")[0]
-        engine = Engine(ms, make_plan(method, 2, make_combination(kind, 2), gamma, proposer=1 if "sd" in method else None))
+    for method, gamma, proposer in [("we", 1, None), ("we_sd", 5, 1), ("we_chef", [1, 5], None), ("cd_chef", [1, 5], None)]:
+        engine = Engine(ms, plan_from_kwargs(method, 2, gamma=gamma, proposer=proposer))  # the family's preset r
         engine.generate(prompt, max_new_tokens=4, temperature=0, eos_token_ids=[])  # warm-up
         rows = []
         for _ in range(args.repeats):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -23,7 +24,7 @@ from .methods.mixture import MixtureLoop
 from .methods.speculative import SpeculativeLoop
 from .methods.standard import standard_round
 from .methods.state import DecodeState
-from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, make_plan
+from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, make_plan, method_info
 from .presets import make_combination
 from .sampling import SamplingParams
 from .schedule import Schedule
@@ -41,19 +42,31 @@ class Generation:
 
 def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, proposer=None, bonus="none",
                      draft_threshold=0.0, schedule=None, **combination_kwargs) -> Plan:
-    """make_plan with the combination named by the method prefix (we_*, cd_*) or given explicitly."""
-    if method not in LOOPS:
-        raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
-    kind = method.split("_")[0]
-    if method in ("large_model", "sd") and (combination is not None or combination_kwargs):
+    """make_plan with the combination the method's family implies (plan.FAMILIES: we_*, cd_*) or given explicitly."""
+    family = method_info(method).family
+    if family.one_model and (combination is not None or combination_kwargs):
         given = sorted(combination_kwargs) + (["combination"] if combination else [])
         raise ValueError(f"method {method} uses one model's distribution and takes no combination settings: "
                          f"remove {', '.join(given)}")
-    if combination is None and kind in ("we", "cd"):
-        combination = make_combination(kind, n_members, **combination_kwargs)
+    if combination is None and family.preset:
+        combination = make_combination(family.preset, n_members, **combination_kwargs)
     elif isinstance(combination, str):
         combination = make_combination(combination, n_members, **combination_kwargs)
     return make_plan(method, n_members, combination, gamma, proposer, bonus, draft_threshold, schedule)
+
+
+# plan.loop -> a request's round function (one call: one round; methods/), from its state, plan and schedule
+ROUNDS = {
+    "standard": lambda st, plan, schedule: partial(standard_round, st),
+    "mix": lambda st, plan, schedule: MixtureLoop(st, plan.combination.weights, plan.proposer, 1, None).round,
+    "mix_sd": lambda st, plan, schedule: MixtureLoop(st, plan.combination.weights, plan.proposer,
+                                                     plan.gammas[plan.proposer], schedule).round,
+    "cos": lambda st, plan, schedule: AlternateLoop(st, plan.gammas, plan.proposer, schedule,
+                                                    plan.draft_threshold).round,
+    "naive": lambda st, plan, schedule: SpeculativeLoop(st, plan.proposer, schedule, plan.bonus,
+                                                        plan.draft_threshold).round,
+    "sd": lambda st, plan, schedule: SpeculativeLoop(st, None, schedule, plan.bonus, plan.draft_threshold).round,
+}
 
 
 class Engine:
@@ -89,8 +102,8 @@ class Engine:
         kernels: the CPU bf16 linear kernel (cos.kernels): "auto" installs it where it measures faster.
 
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
-        default: 1.7x float32 for one 1.5B model and 2.4x for CoS on a 2-core AVX512-BF16 CPU
-        (scripts/bench_dtype.py); exactness holds in any dtype (against the standard method run in it).
+        default (faster than float32 on CPUs with native bf16: scripts/bench_dtype.py); exactness holds
+        in any dtype (against the standard method run in it).
         """
         if isinstance(paths, str):
             raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
@@ -182,18 +195,9 @@ class Engine:
                                 schedule=self.schedule.kind if self.schedule else "",
                                 weights=list(plan.combination.weights) if plan.loop in MIXTURES else [])
         st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
-        if plan.loop == "standard":
-            return st, lambda: standard_round(st)
-        if plan.loop == "mix":  # ME: one position per round, nothing foreign ever drafted
-            return st, MixtureLoop(st, plan.combination.weights, plan.proposer, 1, None).round
-        self.schedule.start()
-        if plan.loop == "mix_sd":
-            gamma = plan.gammas[plan.proposer]
-            return st, MixtureLoop(st, plan.combination.weights, plan.proposer, gamma, self.schedule).round
-        if plan.loop == "cos":
-            return st, AlternateLoop(st, plan.gammas, plan.proposer, self.schedule, plan.draft_threshold).round
-        proposer = None if plan.loop == "sd" else plan.proposer
-        return st, SpeculativeLoop(st, proposer, self.schedule, plan.bonus, plan.draft_threshold).round
+        if self.schedule is not None:
+            self.schedule.start()
+        return st, ROUNDS[plan.loop](st, plan, self.schedule)
 
     def _finish(self, st: DecodeState, seconds: float) -> Generation:
         for m in self.members:

@@ -21,7 +21,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .kv_cache import empty, is_preallocated, is_static, make_cache, truncate
-from .schedule import CallCosts
+from .costs import CallCosts
 from .threads import ThreadPolicy
 
 

@@ -1,5 +1,8 @@
 """Method names -> what runs (docs/algorithm.md §4), validated before any model is loaded or run.
 
+`REGISTRY` is the one place a method name is interpreted: the engine, the runner (config, backend,
+vLLM build), lm-eval's arguments and the scripts read it (tests/test_method_registry.py holds them to it).
+
 | method | loop | combination over | proposer |
 |---|---|---|---|
 | large_model | standard | [model] | - |
@@ -9,6 +12,10 @@
 | we_chef, cd_chef, custom_chef | cos | all members | alternating; default = largest γ |
 | we_mix (ME) | mix | a weighted ensemble, sampled | none: one member runs per position |
 | we_mix_sd | mix_sd | a weighted ensemble, sampled | fixed, default the smallest member |
+
+A method's family (the part before `_`, or large_model / sd) fixes its members (config keys), the
+combination its name implies and the standard method it must reproduce; its loop fixes whether it
+drafts, whether it samples a mixture, and how backend=vllm runs it (hf runs every method).
 
 gamma: an int, or a list with one entry per member in config order. For `cos`, an int γ means the
 paper's setting: the default proposer drafts γ, every other member 1 (never "γ for everyone", which
@@ -28,42 +35,101 @@ from .combination import Combination, Contrastive, Single, WeightedEnsemble
 from .sampling import SamplingParams
 from .schedule import SCHEDULES
 
-LOOPS = {
-    "large_model": "standard",
-    "we": "standard",
-    "cd": "standard",
-    "custom": "standard",
-    "sd": "sd",
-    "we_sd": "naive",
-    "cd_sd": "naive",
-    "custom_sd": "naive",
-    "we_chef": "cos",
-    "cd_chef": "cos",
-    "custom_chef": "cos",
-    "we_mix": "mix",
-    "we_mix_sd": "mix_sd",
+
+
+@dataclass(frozen=True)
+class Family:
+    """Which members a family's methods take and what r they combine them into."""
+
+    name: str
+    member_keys: tuple[str, ...]  # method.<key> of each role, config order (the last may list several)
+    n_members: int | None  # a fixed count; None: two or more
+    preset: str | None  # the combination the name implies (presets.py); None: one model's own, or given (custom)
+    standard: str  # the standard method every method of the family must reproduce
+    one_model: bool = False  # r is one model's distribution (Single): no combination settings
+
+
+@dataclass(frozen=True)
+class LoopKind:
+    """What a decoding loop does, for validation and messages (the loops themselves: methods/, engine.ROUNDS)."""
+
+    what: str  # in words
+    drafts: bool  # False: no γ, schedule, threshold or proposer to set
+    mixture: bool  # samples r as a mixture (exact for a sampled weighted ensemble only)
+    vllm: str | None  # what backend=vllm runs it as; None: not expressed there (backend=hf only)
+    bonus_ignored: str | None  # why bonus=exact would be ignored; None: it applies (Naive-CoS)
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    loop: str  # a LOOP_KINDS key
+    family: Family
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return ("hf", "vllm") if LOOP_KINDS[self.loop].vllm else ("hf",)
+
+
+FAMILIES = {f.name: f for f in (
+    Family("large_model", ("model",), 1, None, "large_model", one_model=True),
+    Family("we", ("model", "extra_model"), None, "we", "we"),
+    Family("cd", ("model", "amateur_model"), 2, "cd", "cd"),
+    Family("custom", ("model", "extra_model"), None, None, "custom"),
+    Family("sd", ("model", "draft_model"), 2, None, "large_model", one_model=True),
+)}
+LOOP_KINDS = {
+    "standard": LoopKind("standard decoding", False, False, "standard decoding of the composite", "nothing is drafted"),
+    "sd": LoopKind("speculative decoding with a draft model", True, False, "draft-model speculation on the target",
+                   "sd always draws its bonus token from the target"),
+    "naive": LoopKind("Naive-CoS", True, False, "draft-model speculation on the composite", None),
+    "cos": LoopKind("CoS (alternate proposals)", True, False, "alternate proposals on the composite",
+                    "CoS keeps the verifier's own bonus token as a pending proposal (docs/algorithm.md §4.2)"),
+    "mix": LoopKind("mixture sampling (one member per position)", False, True, None, "nothing is drafted"),
+    "mix_sd": LoopKind("mixture sampling with drafts", True, True, None,
+                       "its bonus comes from a verifier that owns the next position"),
 }
+REGISTRY = {name: Method(name, loop, FAMILIES[family]) for name, loop, family in (  # the one table of methods
+    ("large_model", "standard", "large_model"),
+    ("we", "standard", "we"),
+    ("cd", "standard", "cd"),
+    ("custom", "standard", "custom"),
+    ("sd", "sd", "sd"),
+    ("we_sd", "naive", "we"),
+    ("cd_sd", "naive", "cd"),
+    ("custom_sd", "naive", "custom"),
+    ("we_chef", "cos", "we"),
+    ("cd_chef", "cos", "cd"),
+    ("custom_chef", "cos", "custom"),
+    ("we_mix", "mix", "we"),
+    ("we_mix_sd", "mix_sd", "we"),
+)}
+LOOPS = {name: m.loop for name, m in REGISTRY.items()}  # method -> loop
 BONUS_MODES = ("none", "exact")
-DRAFTLESS = ("standard", "mix")  # loops that draft nothing: no γ, schedule, threshold or proposer to set
-MIXTURES = ("mix", "mix_sd")  # loops that sample r as a mixture (exact for a sampled weighted ensemble only)
+DRAFTLESS = tuple(loop for loop, kind in LOOP_KINDS.items() if not kind.drafts)  # ("standard", "mix")
+MIXTURES = tuple(loop for loop, kind in LOOP_KINDS.items() if kind.mixture)  # ("mix", "mix_sd")
+
+
+def method_info(name: str) -> Method:
+    """The registry's row for a method name; ValueError naming the methods for any other."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown method {name!r}: use one of {', '.join(REGISTRY)}")
+    return REGISTRY[name]
 
 
 def ignored_bonus(method: str, bonus: str) -> str | None:
     """Why `method` would ignore bonus mode `bonus` (None when it would not)."""
-    loop = LOOPS.get(method)
-    if bonus == "none" or loop in (None, "naive"):
+    why = LOOP_KINDS[REGISTRY[method].loop].bonus_ignored if method in REGISTRY else None
+    if bonus == "none" or why is None:
         return None
-    why = {"cos": "CoS keeps the verifier's own bonus token as a pending proposal (docs/algorithm.md §4.2)",
-           "sd": "sd always draws its bonus token from the target", "standard": "nothing is drafted",
-           "mix": "nothing is drafted", "mix_sd": "its bonus comes from a verifier that owns the next position"}[loop]
-    return (f"method {method} would ignore bonus={bonus!r}: it applies to Naive-CoS (we_sd, cd_sd, custom_sd) "
-            f"only; {why}")
+    naive = ", ".join(name for name, m in REGISTRY.items() if m.loop == "naive")
+    return f"method {method} would ignore bonus={bonus!r}: it applies to Naive-CoS ({naive}) only; {why}"
 
 
 @dataclass
 class Plan:
     method: str
-    loop: str  # standard | sd | naive | cos
+    loop: str  # a LOOP_KINDS key: standard | sd | naive | cos | mix | mix_sd
     combination: Combination
     n_members: int  # members loaded, config order (sd: [target, draft])
     gamma: int | list[int]
@@ -73,8 +139,7 @@ class Plan:
     schedule: str | None = None  # fixed | adaptive (schedule.py); None: fixed (standard methods: n/a)
 
     def __post_init__(self) -> None:
-        if self.method not in LOOPS:
-            raise ValueError(f"unknown method {self.method!r}: use one of {', '.join(LOOPS)}")
+        method_info(self.method)
         if self.bonus not in BONUS_MODES:
             raise ValueError(f"unknown bonus mode {self.bonus!r}: use one of {', '.join(BONUS_MODES)}")
         expected = 2 if self.loop == "sd" else self.combination.n_members
@@ -159,10 +224,8 @@ def make_plan(
     draft_threshold > 0: γ becomes the most a proposer drafts at once; a draft also ends after a token
     the proposer gave probability below the threshold (transformers' assistant_confidence_threshold).
     """
-    if method not in LOOPS:
-        raise ValueError(f"unknown method {method!r}: use one of {', '.join(LOOPS)}")
-    loop = LOOPS[method]
-    if method in ("large_model", "sd"):
+    info = method_info(method)
+    if info.family.one_model:
         combination = Single()
     elif combination is None:
         raise ValueError(f"method {method} needs a combination (weighted ensemble, contrastive, ...)")
@@ -171,4 +234,4 @@ def make_plan(
     elif isinstance(gamma, bool) or not isinstance(gamma, int):
         raise ValueError(f"gamma must be an int >= 1 (or a list of them, one per member), got {gamma!r} "
                          f"({type(gamma).__name__})")
-    return Plan(method, loop, combination, n_members, gamma, proposer, bonus, draft_threshold, schedule)
+    return Plan(method, info.loop, combination, n_members, gamma, proposer, bonus, draft_threshold, schedule)

@@ -1,14 +1,14 @@
-"""One proposer interface (CONTRIBUTING.md §4): `propose(seq, k) -> Draft`.
+"""The proposer (CONTRIBUTING.md §4): `MemberProposer.propose(seq, k) -> Draft`.
 
-A member drafting autoregressively is the only proposer the methods need today; a separate draft
-model is just a member that is not part of the combination, and an n-gram proposer would return a
-Draft with `logits=None`.
+A member drafting autoregressively is the only proposer the methods need: a separate draft model
+(sd) is a member outside the combination. The loops read a draft's logits (Naive-CoS puts the
+proposer's own into r) and its member's costs (the schedule), so a proposer without a member, such
+as an n-gram lookup, would need those first; until one exists there is no separate interface to keep.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -22,10 +22,6 @@ class Draft:
     q: torch.Tensor | None  # [k, V] the distributions the tokens were drawn from (None if greedy)
     logits: torch.Tensor | None  # [k, V] the proposer's raw logits at the draft positions
     before: torch.Tensor | None = None  # [V] its logits at seq's last position, when asked (`look_back`)
-
-
-class Proposer(Protocol):
-    def propose(self, seq: torch.Tensor, k: int) -> Draft: ...
 
 
 class MemberProposer:

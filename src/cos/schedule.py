@@ -27,34 +27,13 @@ longest ago), so a choice made under one load is revisited when the load changes
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+
+from .costs import CallCosts
 
 SCHEDULES = ("fixed", "adaptive")
 Rate = Callable[[int, float], "float | None"]  # (k, α) -> expected tokens per second
-EWMA = 0.3
 PRIOR_DRAFTS = 4.0
 PROBE_EVERY = 16
-
-
-@dataclass
-class CallCosts:
-    """Moving-average seconds per forward of a member, by the number of tokens fed."""
-
-    seconds: dict[int, float] = field(default_factory=dict)
-
-    def observe(self, n_tokens: int, seconds: float) -> None:
-        old = self.seconds.get(n_tokens)
-        self.seconds[n_tokens] = seconds if old is None else (1 - EWMA) * old + EWMA * seconds
-
-    def __call__(self, n_tokens: int) -> float | None:
-        """Estimated seconds for n tokens: measured, else the nearest measured length below (else above)."""
-        if n_tokens in self.seconds:
-            return self.seconds[n_tokens]
-        below = [n for n in self.seconds if n < n_tokens]
-        above = [n for n in self.seconds if n > n_tokens]
-        if below:
-            return self.seconds[max(below)]
-        return self.seconds[min(above)] if above else None
 
 
 def expected_tokens(alpha: float, k: int, bonus: int) -> float:
@@ -108,9 +87,8 @@ class Schedule:
     @property
     def alpha(self) -> float:
         """Per-draft acceptance, the α of the §6 model: accepted / tested. A round stops at its first
-        rejection, so the drafts after it were never tested; counting them (accepted / drafted) read
-        β = 0.9 at γ = 5 as 0.74, and the adaptive schedule then drafted too little (we_mix_sd on
-        HumanEval at λ = 0.3: m ≤ 1 and 1.58x, where m = 5 ran 2.29x)."""
+        rejection, so the drafts after it were never tested; counting them (accepted / drafted) reads
+        β = 0.9 at γ = 5 as 0.74, and the adaptive schedule then drafts too little."""
         return (self.accepted + PRIOR_DRAFTS * self.prior) / (self.tested + PRIOR_DRAFTS)
 
     def length(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,

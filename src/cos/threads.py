@@ -2,9 +2,7 @@
 
 torch's default, one thread per core, is the fastest choice on a quiet machine and the slowest on a
 busy one: every parallel region (each matmul of each layer) waits for its slowest thread, and a thread
-the OS has parked for another process holds the whole forward for a time slice. Measured on the 2-core
-development machine with one steady competitor: 2 threads ran the Qwen pair 3x slower than quiet, 1
-thread 12% slower (ENVIRONMENT.md). No fixed count is right for every load, so `threads="auto"` measures.
+the OS has parked for another process holds the whole forward for a time slice. No fixed count is right for every load, so `threads="auto"` measures.
 
 auto: per kind of call (a member's decode forwards; its prefill), it keeps a moving average of the
 seconds a call takes with each candidate count (all cores, and 1), uses the faster, and now and then

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..plan import LOOPS
+from ..plan import REGISTRY
 from ..runner.build import check_before_loading
-from ..runner.config import MEMBER_KEYS, RunConfig, family, run_config
+from ..runner.config import RunConfig, run_config
 
 log = logging.getLogger("cos.lm_eval")
 
@@ -82,8 +82,8 @@ def check_names(args: Mapping) -> None:
     if "members" not in args:
         raise fail(f"model_args needs members=<model>{SEPARATOR}<model>...: model folders, packaged names "
                    f"(python -m cos.models list) or hub ids, in config order")
-    if args.get("method") not in LOOPS:
-        raise fail(f"model_args method={args.get('method')!r} is not a method: use one of {', '.join(LOOPS)}")
+    if args.get("method") not in REGISTRY:
+        raise fail(f"model_args method={args.get('method')!r} is not a method: use one of {', '.join(REGISTRY)}")
     if "lam" in args and "lambda" in args:
         raise fail("lam and lambda are the same setting: give one")
     if "combination" in args and any(k in args for k in CUSTOM_KEYS):
@@ -92,8 +92,7 @@ def check_names(args: Mapping) -> None:
 
 def member_section(method: str, members: list[str]) -> dict:
     """members (config order) -> the method section's member keys (model, extra_model, amateur_model...)."""
-    keys = MEMBER_KEYS[family(method)]
-    n_fixed = {"large_model": 1, "sd": 2, "cd": 2}.get(family(method))
+    keys, n_fixed = REGISTRY[method].family.member_keys, REGISTRY[method].family.n_members
     if (n_fixed and len(members) != n_fixed) or len(members) < 2 and n_fixed != 1:
         wanted = f"{n_fixed}" if n_fixed else "2 or more"
         raise fail(f"method {method} takes {wanted} members [{', '.join(keys)}], got {len(members)}: "

@@ -20,7 +20,7 @@ from ..acceptance import verify_block
 from ..proposer import MemberProposer
 from ..sampling import pick, to_probs
 from ..schedule import Schedule
-from .standard import standard_round
+from .standard import fallback_round
 from .state import DecodeState
 
 
@@ -49,7 +49,7 @@ class AlternateLoop:
         self.cached[member] = logits if old is None else torch.cat([old, logits])
 
     def _draft(self, member: int, k: int) -> None:
-        budget = self.st.stopper.max_new_tokens - len(self.st.stopper.tokens) - self.pending.shape[0]
+        budget = self.st.remaining - self.pending.shape[0]
         d = self.proposers[member].propose(torch.cat([self.st.seq, self.pending]), max(1, min(k, budget)))
         self._append(member, d.tokens, d.q, d.logits)
 
@@ -61,8 +61,7 @@ class AlternateLoop:
             others = [m.costs for i, m in enumerate(st.members) if i != self.default]
             k = self.schedule.length(st.members[self.default].costs, others, True)
             if k == 0:
-                st.stats.standard_rounds += 1
-                return standard_round(st)
+                return fallback_round(st)
             self._draft(self.default, k)
         # 2. a member with nothing cached scores all pending tokens in one pass, then draws its bonus
         m = next(i for i, c in enumerate(self.cached) if c is None)
@@ -79,10 +78,7 @@ class AlternateLoop:
             q = None if greedy else self.q[:n]
             n_acc, nxt = verify_block(self.pending[:n], q, r, greedy, st.generator)
             *tokens, n_acc, nxt = torch.cat([self.pending[:n], n_acc.view(1), nxt.view(1)]).tolist()
-            st.stats.rounds += 1
-            st.stats.drafted += n
-            st.stats.accepted += n_acc
-            self.schedule.observe(n, n_acc)
+            st.count_round(n, n_acc, self.schedule)
             if n_acc < n:  # rejection: commit the residual, clear, restart from the default proposer
                 emitted = st.commit(tokens[:n_acc] + [nxt], keep_cached=start + n_acc)
                 self._clear()

@@ -15,8 +15,7 @@ Every position's component z_t ~ w is drawn ahead from the coins' own generator.
 A block with no foreign position needs no verify pass; a member nobody needs does not run.
 
 The adaptive schedule learns β from the foreign positions it drafts; rounds of m = 0 draft none, so
-once it chose ME it would never see evidence to leave it (the exploration trap: HumanEval at λ = 0.5
-chose m = 0 in 31 of 40 rounds at a measured β of 0.40). Every ME step is evidence too: member k
+once it chose ME it would never see evidence to leave it (the exploration trap). Every ME step is evidence too: member k
 emitted a foreign position from p_k, and the proposer's next forward feeds that token anyway, so one
 more logits row there gives p_s and the exact acceptance chance Σ min(p_s, p_k) of a draft at that
 position, for no extra forward. Statistics only: no draw depends on it.
@@ -85,7 +84,7 @@ class MixtureLoop:
 
     def round(self) -> list[int]:
         st = self.st
-        start, budget = st.seq.shape[0], st.stopper.max_new_tokens - len(st.stopper.tokens)
+        start, budget = st.seq.shape[0], st.remaining
         cap = min(self.gamma, budget)
         # 1. the coins of the positions ahead fix the block; m from the past alone
         z = self.coins.ahead(cap + 1)
@@ -108,11 +107,7 @@ class MixtureLoop:
                 target = torch.cat([target, probs[block.closing][-1:]])
             n_acc, nxt = verify_block(tokens[rows], draft.q[rows], target, False, st.generator)
             n_acc, nxt = torch.stack([n_acc, nxt]).tolist()
-            st.stats.rounds += 1
-            st.stats.drafted += len(block.foreign)
-            st.stats.accepted += n_acc
-            if self.schedule is not None:
-                self.schedule.observe(len(block.foreign), n_acc)
+            st.count_round(len(block.foreign), n_acc, self.schedule)
             if n_acc < len(block.foreign):  # the residual ends the round at the rejected position
                 n_keep = block.foreign[n_acc]
         emitted = tokens[:n_keep].tolist() + ([nxt] if nxt != NO_TOKEN else [])

@@ -16,7 +16,7 @@ from ..acceptance import NO_TOKEN, verify_block
 from ..proposer import MemberProposer
 from ..sampling import pick
 from ..schedule import Schedule
-from .standard import standard_round
+from .standard import fallback_round
 from .state import DecodeState
 
 
@@ -46,8 +46,7 @@ class SpeculativeLoop:
         # 0. how many drafts: the plan's γ, or the schedule's choice from costs measured so far
         gamma = self.schedule.length(self.proposer.member.costs, [m.costs for m in self.verifiers], self.p is not None)
         if gamma == 0 and self.carry is None:  # a standard round is expected to be faster now
-            st.stats.standard_rounds += 1
-            return standard_round(st)
+            return fallback_round(st)
         # 1. bonus from the carried verifier distributions: the proposer's forward here completes r
         head_tokens, head_q, head_r = [], [], []
         if self.carry is not None:
@@ -57,7 +56,7 @@ class SpeculativeLoop:
             self.carry = None
         # 2. propose γ drafts after committed + bonus (fewer when the token budget is nearly spent, or
         #    when the proposer's confidence falls below its threshold)
-        k = max(1, min(gamma, st.stopper.max_new_tokens - len(st.stopper.tokens) - len(head_tokens)))
+        k = max(1, min(gamma, st.remaining - len(head_tokens)))
         draft = self.proposer.propose(seq, k)
         k = draft.tokens.shape[0]
         block = torch.cat([seq, draft.tokens])
@@ -73,10 +72,7 @@ class SpeculativeLoop:
         n_acc, nxt = verify_block(tokens, q, torch.cat(head_r + [r]), greedy, st.generator)
         *host_tokens, n_acc, nxt = torch.cat([tokens, n_acc.view(1), nxt.view(1)]).tolist()
         # 5. commit, roll back, count; keep the verifiers' next distributions after a full accept
-        st.stats.rounds += 1
-        st.stats.drafted += k
-        st.stats.accepted += max(0, n_acc - len(head_tokens))
-        self.schedule.observe(k, max(0, n_acc - len(head_tokens)))
+        st.count_round(k, max(0, n_acc - len(head_tokens)), self.schedule)
         st.commit(host_tokens[:n_acc] + ([nxt] if nxt != NO_TOKEN else []), keep_cached=start + n_acc)
         if self.bonus == "exact" and self.p is not None and n_acc == len(host_tokens) and not st.done:
             self.carry = [x[k:] for x in v]

@@ -13,3 +13,9 @@ def standard_round(st: DecodeState) -> list[int]:
     token = pick(st.r(logits), st.params.greedy, st.generator)  # [1]
     # 3. commit (the one host sync of the round)
     return st.commit(token.tolist(), keep_cached=st.seq.shape[0])
+
+
+def fallback_round(st: DecodeState) -> list[int]:
+    """A standard round inside a drafting loop, where its schedule chose to draft nothing (k = 0)."""
+    st.stats.standard_rounds += 1
+    return standard_round(st)

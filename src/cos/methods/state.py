@@ -14,6 +14,7 @@ import torch
 from ..combination import Combination
 from ..member import Member
 from ..sampling import SamplingParams
+from ..schedule import Schedule
 from ..stats import GenerationStats
 from ..stopping import Stopper
 
@@ -36,6 +37,20 @@ class DecodeState:
     @property
     def done(self) -> bool:
         return self.stopper.done
+
+    @property
+    def remaining(self) -> int:
+        """New tokens the request may still emit (max_new_tokens less those committed)."""
+        return self.stopper.max_new_tokens - len(self.stopper.tokens)
+
+    def count_round(self, drafted: int, accepted: int, schedule: Schedule | None) -> None:
+        """One verified block: `drafted` proposals, `accepted` of them kept (vLLM's metric definitions);
+        the schedule, if any, learns from the same counts."""
+        self.stats.rounds += 1
+        self.stats.drafted += drafted
+        self.stats.accepted += accepted
+        if schedule is not None:
+            schedule.observe(drafted, accepted)
 
     def r(self, member_logits: Sequence[torch.Tensor]) -> torch.Tensor:
         """Combined distribution [..., V] from raw logits of every member, config order."""

@@ -23,16 +23,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..plan import LOOPS
+from ..plan import LOOP_KINDS, REGISTRY
 
 if TYPE_CHECKING:
     from .config import MethodSpec
 
-BACKENDS = ("hf", "vllm")
-# loops vLLM runs -> what it runs them as (for messages)
-VLLM_LOOPS = {"standard": "standard decoding of the composite", "naive": "draft-model speculation on the composite",
-              "cos": "alternate proposals on the composite", "sd": "draft-model speculation on the target"}
-NOT_ON_VLLM = {"mix": "mixture sampling (one member per position)", "mix_sd": "mixture sampling with drafts"}
+BACKENDS = ("hf", "vllm")  # which methods each expresses: plan.REGISTRY (Method.backends)
 
 
 def check_backend(value) -> str:
@@ -43,12 +39,12 @@ def check_backend(value) -> str:
 
 def check_vllm_method(spec: "MethodSpec", schedule: str | None, role: str = "method ") -> "MethodSpec":
     """The method as vLLM runs it (schedule fixed), or a one-line error naming what to change."""
-    name, loop = spec.method, LOOPS[spec.method]
-    head = f"{role}{name}"
-    if loop not in VLLM_LOOPS:
-        alternative = {"we": "we_sd (method.bonus=exact) or we", "cd": "cd_sd (method.bonus=exact) or cd",
-                       "custom": "custom_sd (method.bonus=exact) or custom"}.get(name.split("_")[0], "")
-        raise ValueError(f"{head}: {NOT_ON_VLLM[loop]} is not expressed by vLLM: use backend=hf"
+    name, info = spec.method, REGISTRY[spec.method]
+    loop, head = info.loop, f"{role}{name}"
+    if "vllm" not in info.backends:
+        naive = [m.name for m in REGISTRY.values() if m.family == info.family and m.loop == "naive"]
+        alternative = f"{naive[0]} (method.bonus=exact) or {info.family.standard}" if naive else ""
+        raise ValueError(f"{head}: {LOOP_KINDS[loop].what} is not expressed by vLLM: use backend=hf"
                          + (f", or {alternative} on backend=vllm" if alternative else ""))
     kw = dict(spec.plan_kwargs)
     if loop == "cos":

@@ -11,25 +11,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..engine import plan_from_kwargs
-from ..plan import DRAFTLESS, LOOPS, Plan, ignored_bonus
+from ..plan import DRAFTLESS, FAMILIES, REGISTRY, Plan, ignored_bonus
 from ..sampling import SamplingParams
 from .backend import check_backend, check_vllm_method, check_vllm_runtime
 from .schema import check_keys
 
-# Member keys of each method family, in config order (docs/algorithm.md §4).
-MEMBER_KEYS = {"large_model": ("model",), "sd": ("model", "draft_model"), "we": ("model", "extra_model"),
-               "cd": ("model", "amateur_model"), "custom": ("model", "extra_model")}
-ALL_MEMBER_KEYS = ("model", "extra_model", "amateur_model", "draft_model")
+# Member keys of each method family, in config order (plan.FAMILIES)
+MEMBER_KEYS = {name: f.member_keys for name, f in FAMILIES.items()}
+ALL_MEMBER_KEYS = tuple(dict.fromkeys(key for keys in MEMBER_KEYS.values() for key in keys))
 
 
 def family(method: str) -> str:
-    """large_model | sd | we | cd | custom: which members a method takes."""
-    return method if method in ("large_model", "sd") else method.split("_")[0]
+    """large_model | sd | we | cd | custom: which members a method takes (plan.REGISTRY)."""
+    return REGISTRY[method].family.name
 
 
 def standard_counterpart(method: str) -> str:
     """The method a speculative method must reproduce (the speed baseline of compare_with=standard)."""
-    return "large_model" if family(method) in ("large_model", "sd") else family(method)
+    return REGISTRY[method].family.standard
 
 
 def _int(name: str, value, minimum: int | None = None) -> int:
@@ -102,9 +101,9 @@ class RunConfig:
 def method_spec(m: Mapping) -> MethodSpec:
     """The method section -> members in config order + plan arguments (validated by `plan()`)."""
     name = m.get("name")
-    if name not in LOOPS:
-        raise ValueError(f"unknown method {name!r}: use method=<config in configs/method> (methods: {', '.join(LOOPS)})")
-    keys = MEMBER_KEYS[family(name)]
+    if name not in REGISTRY:
+        raise ValueError(f"unknown method {name!r}: use method=<config in configs/method> (methods: {', '.join(REGISTRY)})")
+    keys = REGISTRY[name].family.member_keys
     for key in ALL_MEMBER_KEYS:
         if key not in keys and m.get(key) is not None:
             raise ValueError(f"method {name} takes members {' + '.join(keys)}: unset method.{key}")
@@ -121,7 +120,7 @@ def method_spec(m: Mapping) -> MethodSpec:
 
 
 def _plan_kwargs(name: str, m: Mapping) -> dict:
-    loop = LOOPS[name]
+    loop, fam = REGISTRY[name].loop, REGISTRY[name].family
     gamma = m.get("gamma", 5)
     entries = gamma if isinstance(gamma, (list, tuple)) else [gamma]
     if any(isinstance(g, bool) or not isinstance(g, int) for g in entries):
@@ -139,7 +138,7 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
     if loop in ("naive", "cos", "mix_sd") and m.get("proposer") is not None:
         kw["proposer"] = _int("method.proposer", m["proposer"], 0)
     combination = m.get("combination")
-    if family(name) in ("large_model", "sd"):
+    if fam.one_model:
         return kw
     if isinstance(combination, Mapping):
         unknown = set(combination) - {"target", "space", "kwargs"}
@@ -149,7 +148,7 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
                   kwargs=dict(combination.get("kwargs") or {}))
     elif combination is not None:
         kw["combination"] = combination
-    elif family(name) == "custom":
+    elif fam.preset is None:  # custom: the name implies no combination
         raise ValueError(f"method {name} needs method.combination: a preset (mean, proxy_tuning, realignment) "
                          f"or {{target: module:function, space: probs|logits|raw-logits, kwargs: {{}}}}")
     kw.update(lam=m.get("lambda"), weights=m.get("weights"), alpha=m.get("alpha", 0.1),
@@ -164,9 +163,9 @@ def baseline_spec(m: Mapping, other: str) -> MethodSpec | None:
     other = standard_counterpart(name) if other == "standard" else other
     if other == name:
         return None  # a standard method compared with itself: nothing to compare
-    if other not in LOOPS:
-        raise ValueError(f"compare_with={other!r} is not a method: use standard or one of {', '.join(LOOPS)}")
-    if other == "large_model":
+    if other not in REGISTRY:
+        raise ValueError(f"compare_with={other!r} is not a method: use standard or one of {', '.join(REGISTRY)}")
+    if REGISTRY[other].family.n_members == 1:  # large_model: the first member alone
         return method_spec({"name": other, "model": m.get("model")})
     if family(other) != family(name):
         raise ValueError(f"compare_with={other} cannot run on the members of method {name}: "
@@ -183,15 +182,16 @@ def _per_member(key: str, value, n: int) -> list:
 
 def refuse_ignored(m: Mapping) -> None:
     """Settings the method in `m` would ignore are errors (its baseline inherits them unused)."""
-    name, loop = m.get("name"), LOOPS.get(m.get("name"))
-    if loop in DRAFTLESS and m.get("draft_threshold") is not None:
+    name = m.get("name")
+    info = REGISTRY.get(name)  # None: an unknown name, refused by method_spec
+    if info is not None and info.loop in DRAFTLESS and m.get("draft_threshold") is not None:
         raise ValueError(f"method {name} drafts nothing, so it would ignore method.draft_threshold: it applies to "
                          f"sd, *_sd and *_chef; unset it (method.draft_threshold=null)")
     if ignored_bonus(name, m.get("bonus", "none")):
         raise ValueError(f"{ignored_bonus(name, m['bonus'])}: set method.bonus=none")
     # (method.proposer on a standard method is not refused: the reproduction grids set it on every cell,
     # and their saved configs must keep resuming; the API refuses it)
-    if name in ("large_model", "sd"):
+    if info is not None and info.family.one_model:
         set_here = [k for k, default in (("lambda", None), ("weights", None), ("combination", None), ("alpha", 0.1),
                                          ("plausibility", 0.0)) if m.get(k) not in (None, default)]
         if set_here:

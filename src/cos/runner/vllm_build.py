@@ -17,7 +17,7 @@ from math import prod
 from pathlib import Path
 
 from ..loading import load_tokenizer
-from ..plan import LOOPS, Plan
+from ..plan import REGISTRY, Plan
 from .build import Built
 from .config import MethodSpec, RunConfig
 
@@ -27,10 +27,11 @@ ONE_MODEL = {"kind": "we", "weights": [1.0]}  # r = p_model: large_model and sd'
 
 def combination_spec(spec: MethodSpec) -> dict:
     """The composite's combination ({kind, **make_combination kwargs}) for a method's plan arguments."""
-    if spec.method in ("large_model", "sd"):
+    family = REGISTRY[spec.method].family
+    if family.one_model:
         return dict(ONE_MODEL)
     kw = spec.plan_kwargs
-    kind = kw.get("combination") or spec.method.split("_")[0]
+    kind = kw.get("combination") or family.preset
     return {"kind": kind, **{k: kw[k] for k in COMBINATION_KEYS if kw.get(k) is not None}}
 
 
@@ -65,7 +66,7 @@ def vllm_method(spec: MethodSpec, paths: list[str], run: RunConfig, tokenizer, l
             raise ValueError(f"{role}={path}: backend=vllm builds a composite folder from local model folders; "
                              f"download the model first (or use backend=hf)")
     plan: Plan = spec.plan().resolve([parameter_count(p) for p in members])
-    loop = LOOPS[spec.method]
+    loop = REGISTRY[spec.method].loop
     in_composite = members[:1] if loop == "sd" else members
     composite = cached_composite(in_composite, combination_spec(spec))
     draft, gamma = None, 1
