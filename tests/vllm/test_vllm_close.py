@@ -1,7 +1,7 @@
 """Closing (or dropping) one VllmEngine leaves every other engine of the process working.
 
 vLLM's in-process EngineCore.shutdown tears down the process-wide parallel groups that all engines share
-(engine.py, `_own_shutdown`): before the fix another engine's next request then failed ("pipeline model
+(patches.py, `own_shutdown`): before the fix another engine's next request then failed ("pipeline model
 parallel group is not initialized") and, in CI, a later one hung. Each generate here has a deadline, so a regression fails the test instead of hanging
 the session.
 """

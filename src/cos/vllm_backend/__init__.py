@@ -28,7 +28,7 @@ API
   k = also the top k per step, "full" = the whole vocabulary [len, V] (slow and large: ask on short
   outputs only); `.prompt_logprobs(sequences, ...)` -> log r [L-1, V].
   `.close()` (or `with VllmEngine(...) as engine:`) frees the engine now; engines of one process are
-  independent: closing one never breaks another still open (engine.py `_own_shutdown`).
+  independent: closing one never breaks another still open (patches.py `own_shutdown`).
   Defaults left to the caller: generation_config="vllm" (no generation_config.json sampling defaults;
   the composite's own holds token ids only), and on CPU enable_chunked_prefill=False (vllm_fixes.py).
   Batch prompts in one call: vLLM schedules them together (continuous batching).
