@@ -51,8 +51,8 @@ class VllmEngine:
     its argmax instead); another draft folder takes its argmax (vLLM's default) unless
     {"draft_sample_method": "probabilistic"} samples its softmax at T=1.
     speculative_by_batch: rows (first, last, γ) choosing each step's draft length by its batch size, 0 =
-    a standard step (gamma_by_batch.py: speculation loses at batch scale on a CPU; `scripts/bench_vllm.py
-    --calibrate` prints the table for this machine); num_speculative_tokens is then the most any step drafts.
+    a standard step (gamma_by_batch.py: speculation loses at batch scale on a CPU; `python -m scripts.bench
+    vllm --calibrate` prints the table for this machine); num_speculative_tokens is then the most any step drafts.
     vllm_options go to `vllm.LLM` unchanged (tensor_parallel_size, max_model_len, dtype,
     gpu_memory_utilization, enforce_eager, seed, ...). Defaults where they are left out:
     `max_logprobs=-1` (so that logprobs="full" may be asked for), `generation_config="vllm"` (no sampling
