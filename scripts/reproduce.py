@@ -7,6 +7,8 @@
                                                                   # it in README.md between <!-- reproduce:<grid> -->
                                                                   # and <!-- /reproduce:<grid> --> where those are
     python scripts/reproduce.py --grid path/to/grid.yaml --out reports/mine
+    python scripts/reproduce.py collect multirun/cd [more folders] [--out table.md]   # any runs' summaries
+                                                                  # as one markdown table (cos/report/collect.py)
 
 A grid is configs/reproduce/<name>.yaml or any YAML file (the layout is documented in cpu-small.yaml).
 Each cell runs into <report>/runs/<cell>/ with compare_with=standard; a rerun skips finished cells
@@ -29,6 +31,7 @@ if importlib.util.find_spec("cos") is None:  # a checkout without `pip install -
 
 from cos.report import (cell_dir, cell_state, expand, load_grid, readme_markers,  # noqa: E402
                         readme_snippet, run_cells, update_readme, write_report)
+from cos.report.collect import collect  # noqa: E402
 from cos.report.runs import BUSY_RETRIES, fill_cell_gaps  # noqa: E402
 from cos.runner.cli import USER_ERRORS, load_env  # noqa: E402
 from cos.runner.resolve import resolve_model  # noqa: E402
@@ -59,7 +62,27 @@ def dry_run(grid, cells, out: Path) -> None:
             print(f"model {name}: not found ({' '.join(str(e).split())})")
 
 
+def collect_main(argv: list[str]) -> int:
+    """`collect FOLDER ... [--out FILE]`: every run's summary.json below the folders as one markdown table."""
+    parser = argparse.ArgumentParser(prog="reproduce.py collect", description=collect.__doc__)
+    parser.add_argument("folders", nargs="+", type=Path, help="sweep or run folders (searched recursively)")
+    parser.add_argument("--out", type=Path, help="also write the table to this file")
+    args = parser.parse_args(argv)
+    try:
+        table = collect(args.folders)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(table)
+    if args.out:
+        args.out.write_text(table, encoding="utf-8")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["collect"]:
+        return collect_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", required=True, help="a grid name (configs/reproduce/<name>.yaml) or a YAML file")
     parser.add_argument("--out", type=Path, help="the report folder (default: reports/<grid name>/)")

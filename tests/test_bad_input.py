@@ -347,7 +347,7 @@ def test_vllm_good_request_parameters_pass():
 
 
 def test_vllm_admission_hook_raises_a_400_error_naming_the_parameter(monkeypatch):
-    """request_validation.install() against stand-ins for the two vLLM modules it touches."""
+    """patches.validate_at_admission() against stand-ins for the two vLLM modules it touches."""
     import sys
     import types
 
@@ -368,9 +368,9 @@ def test_vllm_admission_hook_raises_a_400_error_naming_the_parameter(monkeypatch
     modules["vllm.exceptions"].VLLMValidationError = VLLMValidationError
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
-    from cos.vllm_backend import request_validation
+    from cos.vllm_backend import patches
 
-    assert request_validation.install() and not request_validation.install()  # once per process
+    assert patches.validate_at_admission() and not patches.validate_at_admission()  # once per process
     params = types.SimpleNamespace(extra_args={"cos_top_p": "abc"})
     with pytest.raises(VLLMValidationError) as caught:
         InputProcessor()._validate_params(params, ())
@@ -422,11 +422,11 @@ def test_vllm_admission_hook_waits_for_vllm_to_import_the_module(tmp_path, monke
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         monkeypatch.delitem(sys.modules, name)
-    from cos.vllm_backend import request_validation
+    from cos.vllm_backend import patches
 
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the hook never outlives this test
     try:
-        assert request_validation.install() is False  # not imported yet: wrapped on import
+        assert patches.validate_at_admission() is False  # not imported yet: wrapped on import
         from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.input_processor import InputProcessor
 

@@ -106,9 +106,9 @@ def test_sweep_of_a_standard_and_a_cos_method_then_collect(tmp_path, monkeypatch
     assert [r["token_ids"] for r in lines(sweep / "0-humaneval-cd" / "results.jsonl")] == \
            [r["token_ids"] for r in lines(sweep / "1-humaneval-cd_chef" / "results.jsonl")]
 
-    collect = load_script("scripts/collect_sweep")
+    reproduce = load_script("scripts/reproduce")
     capsys.readouterr()
-    assert collect.main([str(sweep)]) == 0
+    assert reproduce.main(["collect", str(sweep)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| run | dataset | method |") and len(table) == 4
     assert "| cd |" in table[2] and "| cd_chef |" in table[3] and "[1,5]" in table[3]

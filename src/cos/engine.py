@@ -31,6 +31,7 @@ from .schedule import Schedule
 from .stats import GenerationStats, MemberUsage, predict_speedup
 from .stopping import Stopper, as_stop_strings
 from .threads import shared_policy
+from .tokens import as_id_list, encode_prompt, eos_ids
 
 
 @dataclass
@@ -214,18 +215,7 @@ class Engine:
         return Generation(self._stopper.text(), list(self._stopper.tokens), st.stats)
 
     def _encode(self, prompt: str | Sequence[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("a text prompt needs a tokenizer: load members with one or pass token ids")
-            ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
-        else:
-            ids = [int(t) for t in prompt]
-        if not ids:
-            raise ValueError("empty prompt: give at least one token of context")
-        vocab = self.members[0].vocab_size
-        if any(not 0 <= t < vocab for t in ids):
-            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
-        return ids
+        return encode_prompt(prompt, self.tokenizer, self.members[0].vocab_size)
 
     def _fit_context(self, prompt_ids: list[int], max_new_tokens: int) -> int:
         if self.context_window is None:
@@ -241,10 +231,5 @@ class Engine:
     def _eos(self, eos_token_ids: Sequence[int] | None) -> set[int]:
         if eos_token_ids is not None:
             return set(eos_token_ids)
-        ids: set[int] = set()
-        for m in self.members:
-            eos = getattr(m.model.generation_config, "eos_token_id", None)
-            ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids
+        return eos_ids((as_id_list(getattr(m.model.generation_config, "eos_token_id", None)) for m in self.members),
+                       self.tokenizer)

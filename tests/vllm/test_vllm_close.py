@@ -1,7 +1,7 @@
 """Closing (or dropping) one VllmEngine leaves every other engine of the process working.
 
 vLLM's in-process EngineCore.shutdown tears down the process-wide parallel groups that all engines share
-(engine.py, `_own_shutdown`): before the fix another engine's next request then failed ("pipeline model
+(patches.py, `own_shutdown`): before the fix another engine's next request then failed ("pipeline model
 parallel group is not initialized") and, in CI, a later one hung. Each generate here has a deadline, so a regression fails the test instead of hanging
 the session.
 """
@@ -16,7 +16,7 @@ import pytest
 from vllm_cases import ENGINE_OPTIONS, PROMPTS
 
 from cos.vllm_backend import VllmEngine
-from cos.vllm_backend import engine as engine_module
+from cos.vllm_backend import patches
 
 DEADLINE = 180  # seconds for a generate that takes about one on 2 busy cores
 
@@ -84,7 +84,7 @@ def test_the_last_close_tears_down_and_the_next_engine_starts_afresh(composite_d
         assert parallel_state.model_parallel_is_initialized()
     finally:
         first.close()
-    if engine_module._open_cores == 0:  # no other engine of this session is open
+    if patches._open_cores == 0:  # no other engine of this session is open
         assert not parallel_state.model_parallel_is_initialized()
     again = speculative(composite_dirs)
     try:

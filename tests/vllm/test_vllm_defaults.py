@@ -7,7 +7,7 @@ import random
 
 from vllm_cases import BIG_GENERATION
 
-from cos.vllm_backend.composite import generation_eos
+from cos.tokens import generation_eos
 
 SAMPLING_KEYS = {"repetition_penalty", "temperature", "top_p", "top_k", "do_sample", "min_p", "max_new_tokens"}
 

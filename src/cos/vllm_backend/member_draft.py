@@ -20,9 +20,9 @@ logits of every draft for r, feeds the verifier's withheld token in its first pa
 
 Exact as before: drafts are only proposals, verified against r by vLLM's rejection sampler; greedy
 output equals standard decoding (tests/vllm). A draft that is not a member of the composite (another
-folder) keeps vLLM's own behaviour. Installed by the plugin (`install`): vLLM's model runner builds its
-drafter from the name `DraftModelProposer` in `vllm.v1.worker.gpu_model_runner` (CPUModelRunner
-inherits it), which is rebound to this subclass.
+folder) keeps vLLM's own behaviour. Installed by the plugin (patches.draft_with_member): vLLM's model
+runner builds its drafter from the name `DraftModelProposer` in `vllm.v1.worker.gpu_model_runner`
+(CPUModelRunner inherits it), which is rebound to this subclass.
 """
 
 from __future__ import annotations
@@ -175,10 +175,3 @@ class MemberDraftProposer(DraftModelProposer):
         out_probs[at, 0] = torch.stack(qs)
         return out_tokens, out_logits, out_probs
 
-
-def install() -> None:
-    """Make vLLM's model runner build MemberDraftProposer for draft-model speculation (idempotent)."""
-    from vllm.v1.worker import gpu_model_runner
-
-    if gpu_model_runner.DraftModelProposer is not MemberDraftProposer:
-        gpu_model_runner.DraftModelProposer = MemberDraftProposer

@@ -8,7 +8,7 @@ that called us: its `input_batch` lists the running requests in row order, and e
 number of draft tokens scheduled for it (speculative decoding), else 1.
 
 The runner is found once by walking up the Python stack from compute_logits (the runner calls it
-directly) and is cached. Anything unexpected (a profiling run, a prompt-logprobs call, an unknown
+directly: patches.calling_runner) and is cached. Anything unexpected (a profiling run, a prompt-logprobs call, an unknown
 runner) falls back to one shared parameter set if all requests agree, else to the defaults.
 
 Requests are validated before they reach the engine (`validate_extra_args`, installed into vLLM's
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import weakref
 from collections.abc import Iterator, Mapping
 
 import torch
 
 from ..sampling import SamplingParams
+from .patches import calling_runner
 
 logger = logging.getLogger(__name__)
 KEYS = ("cos_temperature", "cos_top_k", "cos_top_p")
@@ -114,16 +114,10 @@ class RowParams:
     def _find_runner(self):
         if self._runner is not None and self._runner() is not None:
             return self._runner()
-        frame = sys._getframe(2)
-        for _ in range(16):
-            if frame is None:
-                return None
-            obj = frame.f_locals.get("self")
-            if obj is not None and hasattr(obj, "input_batch") and hasattr(obj, "requests"):
-                self._runner = weakref.ref(obj)
-                return obj
-            frame = frame.f_back
-        return None
+        runner = calling_runner(2)  # from the frame that called __call__ or runner() (compute_logits, forward)
+        if runner is not None:
+            self._runner = weakref.ref(runner)
+        return runner
 
     def __call__(self, n_rows: int) -> list[SamplingParams]:
         """One SamplingParams per logits row."""

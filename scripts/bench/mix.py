@@ -1,10 +1,10 @@
-"""Weighted ensembles under sampling, side by side in one process: we, we_sd, we_chef, we_mix (ME),
+"""bench mix: weighted ensembles under sampling, side by side in one process: we, we_sd, we_chef, we_mix (ME),
 we_mix_sd (the coin-first hybrid) on the same prompts (a benchmark, not a test).
 
-    python scripts/bench_mix.py                                   # packaged Qwen2.5-Coder 1.5B + 0.5B
-    python scripts/bench_mix.py --datasets humaneval gsm8k --prompts 10 --lams 0.5 0.3 --repeats 2
-    python scripts/bench_mix.py --equal-size                      # c ≈ 1: the 0.5B beside a noisy copy
-    python scripts/bench_mix.py --tiny                            # checks the script itself (seconds)
+    python -m scripts.bench mix                                   # packaged Qwen2.5-Coder 1.5B + 0.5B
+    python -m scripts.bench mix --datasets humaneval gsm8k --prompts 10 --lams 0.5 0.3 --repeats 2
+    python -m scripts.bench mix --equal-size             # c ≈ 1: the 0.5B beside a noisy copy
+    python -m scripts.bench mix --tiny                   # checks the script itself (seconds)
 
 Members in config order [model = 1.5B, extra = 0.5B]; λ is the 0.5B's weight (r = (1-λ) p_1.5B +
 λ p_0.5B) and the 0.5B is the proposer of every method that drafts. `--equal-size`: model = a copy of
@@ -22,22 +22,35 @@ they are produced; the table is printed at the end.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 
-import torch
-
-from cos import Engine
-from cos.datasets import get_dataset
-from cos.engine import plan_from_kwargs
-from cos.loading import load_member, load_tokenizer, use_kernels
-from cos.member import Member
-from cos.models.packaged import packaged_model_dir
-from cos.report.intervals import wilson
+from . import common
 
 METHODS = ("we", "we_sd", "we_chef", "we_mix", "we_mix_sd")
+
+
+def add_args(ap) -> None:
+    common.pair_args(ap, extra_help="the proposer")
+    ap.add_argument("--equal-size", action="store_true", help="model = the extra model + weight noise (c ≈ 1)")
+    ap.add_argument("--noise", type=float, default=0.02, help="--equal-size: noise scale, × each weight's std")
+    ap.add_argument("--tiny", action="store_true", help="random tiny members, 2 token-id prompts: checks the script")
+    ap.add_argument("--datasets", nargs="+", default=["humaneval", "gsm8k"])
+    common.data_args(ap)
+    ap.add_argument("--prompts", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--lams", nargs="+", type=float, default=[0.5, 0.3], help="the proposer's (0.5B's) weight")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--gamma", type=int, default=5)
+    ap.add_argument("--schedule", default="adaptive", choices=["fixed", "adaptive"],
+                    help="of the methods that draft (adaptive: what users get; we_mix_sd picks m per round)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--threads", default="auto", help="auto | an int | none (torch's own)")
+    ap.add_argument("--kernels", default="auto", choices=list(common.KERNELS), help="the CPU bf16 linear kernel")
+    ap.add_argument("--out", default="results/bench_mix.jsonl")
 
 
 def plan_kwargs(name: str, lam: float, gamma: int, schedule: str) -> dict:
@@ -48,15 +61,10 @@ def plan_kwargs(name: str, lam: float, gamma: int, schedule: str) -> dict:
     return dict(method=name, lam=lam, **drafts.get(name, {}))
 
 
-def model_dir(name: str) -> str:
-    found = packaged_model_dir(name)
-    if found is None and not Path(name).is_dir():
-        raise SystemExit(f"error: model {name!r} not found: run `python -m cos.models pull {name}` or pass a folder")
-    return str(found or name)
-
-
-def add_noise(model: torch.nn.Module, scale: float, seed: int = 0) -> None:
+def add_noise(model, scale: float, seed: int = 0) -> None:
     """w += scale · std(w) · N(0, 1), every weight tensor: a relative of the model (c ≈ 1, β < 1)."""
+    import torch
+
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -64,8 +72,12 @@ def add_noise(model: torch.nn.Module, scale: float, seed: int = 0) -> None:
             p.add_((scale * p.float().std() * noise).to(p.dtype))
 
 
-def load_members(args) -> tuple[list[Member], object]:
+def load_members(args) -> tuple[list, object]:
+    from cos.loading import load_member, load_tokenizer, use_kernels
+    from cos.member import Member
+
     if args.tiny:  # random tiny Llamas, no tokenizer: the script's own check
+        import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
         config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -76,15 +88,15 @@ def load_members(args) -> tuple[list[Member], object]:
         big.load_state_dict(small.state_dict())
         add_noise(big, 0.3)
         return [Member(big, name="tiny-model"), Member(small, name="tiny-extra")], None
-    kernels = {"auto": "auto", "on": True, "off": False}[args.kernels]
-    extra = model_dir(args.extra)
+    kernels = common.KERNELS[args.kernels]
+    extra = common.model_dir(args.extra)
     if args.equal_size:  # the 0.5B and a noisy copy: the noise goes in before any kernel packs the weights
         copy = load_member(extra, "cpu", args.dtype, kernels=False)
         add_noise(copy.model, args.noise)
         use_kernels(copy.model, kernels, f"{extra} + noise")
         copy.name = f"{Path(extra).name}+noise{args.noise:g}"
         return [copy, load_member(extra, "cpu", args.dtype, kernels=kernels)], load_tokenizer(extra)
-    model = model_dir(args.model)
+    model = common.model_dir(args.model)
     return [load_member(p, "cpu", args.dtype, kernels=kernels) for p in (model, extra)], load_tokenizer(model)
 
 
@@ -92,15 +104,10 @@ def load_prompts(args) -> dict[str, tuple[object, list]]:
     """dataset -> (adapter, examples); --tiny: literal token-id prompts, no scoring."""
     if args.tiny:
         return {"tiny": (None, [[3, 17, 42, 8, 23], [5, 9, 1, 30]][: args.prompts])}
-    out = {}
-    for name in args.datasets:
-        ds = get_dataset(name, use_fewshot=False)
-        path = Path(args.data_root) / name
-        out[name] = (ds, ds.load(str(path) if path.exists() else None, args.prompts, seed=0))
-    return out
+    return {name: common.load_examples(name, args.prompts, args.data_root) for name in args.datasets}
 
 
-def generate(engine: Engine, ds, example, args, seed: int):
+def generate(engine, ds, example, args, seed: int):
     prompt = example if ds is None else example.prompt
     stop = [] if ds is None else ds.stop_strings
     return engine.generate(prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -137,6 +144,8 @@ def summarize(dataset: str, lam: float, name: str, runs: list[list], rates: list
                 chosen[m] = chosen.get(m, 0) + k
         row["foreign_per_round"] = dict(sorted(chosen.items()))
     if ds is not None:
+        from cos.report.intervals import wilson
+
         scores = [ds.score(ex, out.text) for ex, out in zip(examples, runs[0])]
         metric, value = next(iter(ds.aggregate(scores).items()))
         low, high = wilson(value * len(scores), len(scores))
@@ -144,38 +153,16 @@ def summarize(dataset: str, lam: float, name: str, runs: list[list], rates: list
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    ap.add_argument("--extra", default="qwen2.5-coder-0.5b-instruct", help="the proposer")
-    ap.add_argument("--equal-size", action="store_true", help="model = the extra model + weight noise (c ≈ 1)")
-    ap.add_argument("--noise", type=float, default=0.02, help="--equal-size: noise scale, × each weight's std")
-    ap.add_argument("--tiny", action="store_true", help="random tiny members, 2 token-id prompts: checks the script")
-    ap.add_argument("--datasets", nargs="+", default=["humaneval", "gsm8k"])
-    ap.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
-    ap.add_argument("--prompts", type=int, default=5)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--lams", nargs="+", type=float, default=[0.5, 0.3], help="the proposer's (0.5B's) weight")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    ap.add_argument("--gamma", type=int, default=5)
-    ap.add_argument("--schedule", default="adaptive", choices=["fixed", "adaptive"],
-                    help="of the methods that draft (adaptive: what users get; we_mix_sd picks m per round)")
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--threads", default="auto", help="auto | an int | none (torch's own)")
-    ap.add_argument("--kernels", default="auto", choices=["auto", "on", "off"], help="the CPU bf16 linear kernel")
-    ap.add_argument("--out", default="results/bench_mix.jsonl")
-    args = ap.parse_args()
+def run(args) -> None:
+    from cos import Engine
+    from cos.engine import plan_from_kwargs
+
     if args.temperature <= 0:
         raise SystemExit("error: --temperature must be > 0: we_mix and we_mix_sd are exact under sampling only")
     methods = ["we"] + [m for m in args.methods if m != "we"]  # the baseline of every speedup
-
-    members, tok = load_members(args)
-    threads = None if args.threads == "none" else args.threads if args.threads == "auto" else int(args.threads)
     prompts = load_prompts(args)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    members, tok = load_members(args)
+    threads = common.threads_option(args.threads, none_word="none")
     rows = []
     for lam in args.lams:
         engines = {m: Engine(members, plan_from_kwargs(n_members=2, **plan_kwargs(m, lam, args.gamma, args.schedule)),
@@ -184,33 +171,29 @@ def main() -> None:
             for m in methods:  # warm-up, untimed
                 engines[m].generate(examples[0] if ds is None else examples[0].prompt, max_new_tokens=8,
                                     temperature=args.temperature, seed=0)
-            runs: dict[str, list] = {m: [] for m in methods}
-            rates: dict[str, list] = {m: [] for m in methods}
-            for rep in range(args.repeats):
-                for m in methods:
-                    outs = [generate(engines[m], ds, ex, args, seed=i) for i, ex in enumerate(examples)]
-                    runs[m].append(outs)
-                    rates[m].append(sum(o.stats.new_tokens for o in outs) / sum(o.stats.wall_seconds for o in outs))
-                    print(f"[{dataset} λ={lam:g} repeat {rep + 1}/{args.repeats}] {m}: {rates[m][-1]:.2f} tok/s",
-                          flush=True)
-            base = statistics.median(rates["we"])
+
+            def measure(m, rep):
+                """(the generations, decode tokens/s) of one pass of method m over the prompts."""
+                outs = [generate(engines[m], ds, ex, args, seed=i) for i, ex in enumerate(examples)]
+                rate = sum(o.stats.new_tokens for o in outs) / sum(o.stats.wall_seconds for o in outs)
+                print(f"[{dataset} λ={lam:g} repeat {rep + 1}/{args.repeats}] {m}: {rate:.2f} tok/s", flush=True)
+                return outs, rate
+
+            meter = common.load_meter()
+            passes = common.interleaved(methods, args.repeats, measure)
+            load = meter.stop().as_dict()
+            base = statistics.median(rate for _, rate in passes["we"])
             for m in methods:
-                row = summarize(dataset, lam, m, runs[m], rates[m], base, ds, examples)
+                runs, rates = [outs for outs, _ in passes[m]], [rate for _, rate in passes[m]]
+                row = summarize(dataset, lam, m, runs, rates, base, ds, examples)
                 row.update(temperature=args.temperature, gamma=args.gamma, schedule=args.schedule,
-                           members=[x.name for x in members], equal_size=args.equal_size)
+                           members=[x.name for x in members], equal_size=args.equal_size, load=load)
                 rows.append(row)
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                common.append_row(args.out, row)
     print_table(rows)
 
 
 def print_table(rows: list[dict]) -> None:
     cols = ["dataset", "lam", "method", "tokens_per_s", "speedup", "alpha", "beta", "c", "predicted",
             "measured_over_predicted", "foreign_per_round", "score", "ci95"]
-    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
-    for r in rows:
-        print("| " + " | ".join("" if r.get(c) is None else str(r[c]) for c in cols) + " |")
-
-
-if __name__ == "__main__":
-    main()
+    print(common.markdown_table(cols, (["" if r.get(c) is None else str(r[c]) for c in cols] for r in rows)))

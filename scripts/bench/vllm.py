@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark (not a test): tokens/s of the vLLM backend, standard vs speculative, WE and CD, batch 1/8/32.
 
     python scripts/bench_vllm.py --preset tiny         # random tiny members (vLLM-overhead bound)
@@ -31,25 +30,21 @@ Prints one JSON line per row (also appended to --json-out as produced) and a tab
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-for key, value in VLLM_ENV.items():
-    os.environ.setdefault(key, value)
+from . import common
+
+ROOT = common.ROOT
 
 
 PRESETS = {  # hidden size, heads, kv heads, layers of the small member, layers of the model
     "tiny": (256, 8, 2, 1, 6),
     "deep": (768, 24, 6, 2, 14),
 }
-QWEN = ["qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"]  # [model, small]: the packaged pair
 
 
 def build_members(work: Path, preset: str) -> dict[str, Path]:
@@ -81,19 +76,17 @@ def build_members(work: Path, preset: str) -> dict[str, Path]:
     return {"model": model, "small": small}
 
 
-def prompts(n: int, dataset: str = "gsm8k") -> list[str]:
-    """gsm8k: questions cut to their first 96 bytes (continued as raw text); humaneval: the runner's
-    zero-shot HumanEval prompts, whole (code completion, where drafts agree most). Both from the shared
-    data when it is there; without it, synthetic sentences."""
-    path = ROOT.parent / "shared" / "data" / dataset
-    if not path.exists():
+def prompts(n: int, dataset: str = "gsm8k", given_root: str | None = None) -> list[str]:
+    """gsm8k: questions cut to their first 96 bytes (continued as raw text), from <data root>/gsm8k, else
+    synthetic sentences; humaneval: the runner's zero-shot HumanEval prompts, whole (code completion,
+    where drafts agree most)."""
+    root = common.data_root(given_root)
+    if dataset == "gsm8k" and (root is None or not (root / dataset).exists()):
         rows = [f"Prompt {i}: the quick brown fox jumps over {i} lazy dogs." for i in range(n)]
     elif dataset == "gsm8k":
-        rows = [json.loads(line)["question"][:96] for line in (path / "test.jsonl").open()][:n]
+        rows = [json.loads(line)["question"][:96] for line in (root / dataset / "test.jsonl").open()][:n]
     else:
-        from cos.datasets import get_dataset
-
-        rows = [ex.prompt for ex in get_dataset(dataset, use_fewshot=False).load(str(path), n, seed=0)]
+        rows = [ex.prompt for ex in common.load_examples(dataset, n, given_root)[1]]
     return (rows * (n // max(len(rows), 1) + 1))[:n]
 
 
@@ -107,10 +100,10 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, a
     engine = VllmEngine(composite, speculative_draft="m1" if gamma else None, num_speculative_tokens=max(gamma, 1),
                         speculative_by_batch=table, alternate_proposals=alternate, enforce_eager=True, dtype=args.dtype, max_model_len=512, seed=0)
     opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
-    engine.generate(prompts(2, args.dataset), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
+    engine.generate(prompts(2, args.dataset, args.data_root), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
     rows = []
     for batch in args.batches:
-        pool = prompts(batch * args.prompt_sets, args.dataset)
+        pool = prompts(batch * args.prompt_sets, args.dataset, args.data_root)
         outs, seconds, counted = [], 0.0, alternate_counts(engine)
         for i in range(args.prompt_sets):  # one batch of distinct prompts after another, timed together
             batch_prompts = pool[i * batch:(i + 1) * batch]
@@ -139,9 +132,7 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, a
             row |= {"verifier_only_rounds": verified, "withheld_tokens": withheld}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        if args.json_out:
-            with args.json_out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+        common.append_row(args.json_out, row)
     engine.close()
     return rows
 
@@ -171,12 +162,7 @@ def composites_for(args) -> dict[str, Path]:
     from cos.vllm_backend import build_composite
 
     if args.preset == "qwen":
-        from cos.models.packaged import packaged_model_dir
-
-        found = [packaged_model_dir(n) for n in QWEN]
-        if None in found:
-            raise SystemExit(f"error: run `python -m cos.models pull {' '.join(QWEN)}` first (no model hub needed)")
-        members, out = found, args.work / "qwen"
+        members, out = [common.model_dir(n) for n in common.PAIR], args.work / "qwen"
     else:
         m = build_members(args.work, args.preset)
         members, out = [m["model"], m["small"]], args.work / args.preset
@@ -184,8 +170,7 @@ def composites_for(args) -> dict[str, Path]:
             "cd": build_composite(members, out / "cd", "cd", alpha=0.1, overwrite=True)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_args(ap) -> None:
     ap.add_argument("--preset", choices=[*PRESETS, "qwen"], default="tiny",
                     help="qwen: the packaged Qwen2.5-Coder 1.5B + 0.5B (pull them first), use --dtype bfloat16")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cos_bench"), help="where members/composites go")
@@ -198,6 +183,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--dataset", choices=["gsm8k", "humaneval"], default="gsm8k",
                     help="where the prompts come from (tokens/s include each prompt's prefill)")
+    common.data_args(ap)
     ap.add_argument("--exclude-prefill", action="store_true",
                     help="prefill each batch untimed first (vLLM's prefix cache keeps it), so tok/s is decode speed")
     ap.add_argument("--prompt-sets", type=int, default=1,
@@ -207,7 +193,11 @@ def main() -> None:
                          "(alternate, the default engine), the whole composite (composite), or both side by side")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json-out", type=Path, help="rows appended as they are produced")
-    args = ap.parse_args()
+
+
+def run(args) -> None:
+    for key, value in common.VLLM_ENV.items():  # before vLLM is imported
+        os.environ.setdefault(key, value)
 
     args.work.mkdir(parents=True, exist_ok=True)
     from cos.vllm_backend.gamma_by_batch import best_gamma_table
@@ -244,6 +234,3 @@ def main() -> None:
               f"{r.get('mean_acceptance_length', float('nan')):8.2f} {r.get('tokens_per_round', float('nan')):9.2f} "
               f"{r.get('withheld_tokens', 0):8d} {r['rss_gib']:7.2f} {r['kv_cache_tokens']:9d}")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,1 @@
+"""The benchmark harness: `python -m scripts.bench --help` (__main__.py)."""
