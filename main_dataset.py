@@ -4,7 +4,7 @@
         method.model=<expert> method.amateur_model=<amateur> method.gamma=[1,5] method.generate.temperature=0
     python main_dataset.py ... save_path=outputs/run1        # write there; rerun the same line to resume
     python main_dataset.py ... compare_with=cd               # + the standard method, same prompts, same process
-    python main_dataset.py -m method=cd,cd_chef save_path=multirun/sweep1   # a sweep; scripts/collect_sweep.py
+    python main_dataset.py -m method=cd,cd_chef save_path=multirun/sweep1   # a sweep; python scripts/reproduce.py collect
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 Weights cannot travel to the GPU machine, and speed does not depend on their values: members are
 random-weight models built from the real configs below (Qwen2.5 0.5B / 1.5B, Llama-3.2-1B / 3.1-8B).
-Acceptance comes from the real pair on CPU (--alpha, measured there by scripts/bench_real.py).
+Acceptance comes from the real pair on CPU (--alpha, measured there by scripts/bench/real.py).
 It measures:
   1. seconds per forward at query lengths 1..8 (context 256): eager (preallocated cache) and captured
      (static cache + torch.compile mode="reduce-overhead", i.e. CUDA graphs); compile time apart;

@@ -1,10 +1,10 @@
 """Benchmark (not a test): tokens/s of the vLLM backend, standard vs speculative, WE and CD, batch 1/8/32.
 
-    python scripts/bench_vllm.py --preset tiny         # random tiny members (vLLM-overhead bound)
-    python scripts/bench_vllm.py --preset deep         # a deep member the shallow one can predict
-    python scripts/bench_vllm.py --batches 1 8 --new-tokens 32 --json-out bench.jsonl
-    python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --gammas 3 --calibrate   # γ by batch size
-    python scripts/bench_vllm.py --preset qwen --dtype bfloat16 --dataset humaneval --batches 1 --prompt-sets 6 \
+    python -m scripts.bench vllm --preset tiny         # random tiny members (vLLM-overhead bound)
+    python -m scripts.bench vllm --preset deep         # a deep member the shallow one can predict
+    python -m scripts.bench vllm --batches 1 8 --new-tokens 32 --json-out bench.jsonl
+    python -m scripts.bench vllm --preset qwen --dtype bfloat16 --gammas 3 --calibrate   # γ by batch size
+    python -m scripts.bench vllm --preset qwen --dtype bfloat16 --dataset humaneval --batches 1 --prompt-sets 6 \
         --exclude-prefill --gammas 3 4                  # batch-1 decode speed over 6 HumanEval prompts
 
 Members are random Llamas built here (no download), or with `--preset qwen` the packaged Qwen2.5-Coder

