@@ -99,3 +99,21 @@ def tiny_env(model_root, monkeypatch):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def ext():
+    """The compiled CPU kernels (cos.kernels; the first run of a new kernel version compiles them: ~60 s),
+    or a skip naming why they cannot run here."""
+    from cos.kernels import build
+
+    module = build.load()
+    if module is None:
+        pytest.skip(f"CPU kernels unavailable here: {build.failure()}")
+    return module
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of a bf16 or fp32 tensor, so that equality means bit for bit (-0.0 != 0.0, NaN == NaN)."""
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int32)
+

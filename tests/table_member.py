@@ -21,6 +21,7 @@ class TableMember(Member):
         self.name, self.device, self.vocab_size = name, torch.device("cpu"), vocab
         self.max_positions, self.n_params = None, 1000 + seed
         self.costs = CallCosts()  # never timed: the adaptive schedule then keeps γ (tests force lengths instead)
+        self.row_invariance = None  # a table lookup gives a row the same bits in any block
         self.reset()
 
     def reset(self) -> None:

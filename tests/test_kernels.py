@@ -4,23 +4,13 @@ and the per-model install on a tiny bf16 Llama. Skips (with the reason) where th
 from __future__ import annotations
 
 import pytest
+from conftest import bits
 import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cos import kernels
-from cos.kernels import bf16_linear, install_fast_linears, installed_count, uninstall_fast_linears
-
-
-@pytest.fixture(scope="module")
-def ext():
-    """The compiled extension (the first run of a new kernel version compiles it: ~40 s)."""
-    from cos.kernels import build
-
-    module = build.load()
-    if module is None:
-        pytest.skip(f"bf16 linear kernel unavailable: {build.failure()}")
-    return module
+from cos.kernels import row_linear, install_fast_linears, installed_count, uninstall_fast_linears
 
 
 @pytest.fixture(params=[False, True], ids=["split", "native"])
@@ -31,10 +21,6 @@ def native(request) -> bool:
     if request.param and not build.cpu_has_native_bf16():
         pytest.skip("this CPU lacks avx512_bf16: the native path can't run here")
     return request.param
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.int16)
 
 
 def operands(m: int, k: int, n: int, seed: int = 0, bias: bool = True):
@@ -94,24 +80,26 @@ def test_rounding_matches_torch_bf16_cast(ext, native):
 def test_wrapper_shapes_and_non_contiguous_input(ext):
     x, w, b = operands(12, 96, 40, seed=5)
     x3 = x.reshape(3, 4, 96)
-    y3 = bf16_linear(x3, w, b)
+    y3 = row_linear(x3, w, b)
     assert y3.shape == (3, 4, 40)
     native = kernels.build.native_bf16()
     assert torch.equal(bits(y3.reshape(12, 40)), bits(ext.bf16_linear(x, w, b, native)))
     wide = torch.randn(96, 24).bfloat16()
     strided = wide.T  # [24, 96], not contiguous
     assert not strided.is_contiguous()
-    assert torch.equal(bits(bf16_linear(strided, w, b)), bits(ext.bf16_linear(strided.contiguous(), w, b, native)))
-    assert_close_to_float(bf16_linear(x[:, ::2], w[:, :48].contiguous(), b), x[:, ::2], w[:, :48], b)
+    assert torch.equal(bits(row_linear(strided, w, b)), bits(ext.bf16_linear(strided.contiguous(), w, b, native)))
+    assert_close_to_float(row_linear(x[:, ::2], w[:, :48].contiguous(), b), x[:, ::2], w[:, :48], b)
 
 
 def test_wrapper_falls_back_to_torch(ext):
     x, w, b = operands(kernels.MAX_ROWS + 1, 32, 8)
-    assert torch.equal(bits(bf16_linear(x, w, b)), bits(F.linear(x, w, b)))  # too many rows
-    xf, wf = x.float()[:2], w.float()
-    assert torch.equal(bf16_linear(xf, wf), F.linear(xf, wf))  # fp32
+    assert torch.equal(bits(row_linear(x, w, b)), bits(F.linear(x, w, b)))  # too many rows
+    xh, wh = x.half()[:2], w.half()
+    assert torch.equal(row_linear(xh, wh), F.linear(xh, wh))  # fp16
+    with pytest.raises(RuntimeError, match="same dtype"):  # mixed dtypes: torch's path, and torch's error
+        row_linear(x.float()[:2], w)
     wg = w.clone().requires_grad_()
-    y = bf16_linear(x[:2], wg, b)  # a gradient is wanted: torch's path, which records it
+    y = row_linear(x[:2], wg, b)  # a gradient is wanted: torch's path, which records it
     assert y.requires_grad and y.grad_fn is not None
 
 
@@ -141,9 +129,9 @@ def test_install_on_tiny_llama(ext):
         assert torch.equal(model(ids).logits.float(), stock)
 
 
-def test_install_leaves_fp32_models_and_other_models_alone(ext):
-    fp32 = tiny_bf16_llama().float()
-    assert install_fast_linears(fp32) == 0
+def test_install_leaves_fp16_models_and_other_models_alone(ext):
+    fp16 = tiny_bf16_llama().half()
+    assert install_fast_linears(fp16) == 0
     bf16 = tiny_bf16_llama()
     other = tiny_bf16_llama()
     class_forward, functional = torch.nn.Linear.forward, F.linear
@@ -161,7 +149,7 @@ def test_unavailable_kernel_leaves_models_on_torch(monkeypatch):
     model = tiny_bf16_llama()
     assert install_fast_linears(model) == 0 and installed_count(model) == 0
     x, w, b = operands(3, 32, 8)
-    assert torch.equal(bits(bf16_linear(x, w, b)), bits(F.linear(x, w, b)))
+    assert torch.equal(bits(row_linear(x, w, b)), bits(F.linear(x, w, b)))
 
 
 def test_cpu_check_names_missing_flags(monkeypatch):

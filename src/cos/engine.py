@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from .stats import GenerationStats, MemberUsage, predict_speedup
 from .stopping import Stopper, as_stop_strings
 from .threads import shared_policy
 from .tokens import as_id_list, encode_prompt, eos_ids
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,6 +91,11 @@ class Engine:
         slack = max(self.plan.gammas) + 2  # drafts and a bonus may run past the last emitted token
         positions += [m.capacity - slack for m in members if is_static(getattr(m, "cache", None))]  # fixed buffers
         self.context_window = min(positions) if positions else None
+        self.row_invariance = next((f"{m.name}: {m.row_invariance}" for m in self.members if m.row_invariance), None)
+        if self.row_invariance and self.plan.loop != "standard":
+            log.warning("%s: a verify block's logits are not bitwise a one-token step's (%s); greedy output can part "
+                        "from the standard method's at a near-tie (kernels/invariance.py)", plan.method,
+                        self.row_invariance)
 
     @classmethod
     def from_pretrained(cls, paths: Sequence[str], method: str = "we", *, device="auto", dtype="bfloat16",
@@ -100,7 +108,8 @@ class Engine:
         threads: "auto" (default; measured per call, threads.py), an int, or None (torch's setting).
         compile: static caches and torch.compile'd decode forwards, CUDA graphs on CUDA (Member); call
         `warm_up()` before timing so compilation and capture happen there.
-        kernels: the CPU bf16 linear kernel (cos.kernels): "auto" installs it where it measures faster.
+        kernels: the CPU row-invariant kernels (cos.kernels: Linear layers and attention), "auto" (= True)
+        wherever they run; False keeps torch's ops, whose verify-block rows differ in the last bits.
 
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
         default (faster than float32 on CPUs with native bf16: scripts/bench/dtype.py); exactness holds
@@ -212,6 +221,7 @@ class Engine:
         st.stats.wall_seconds = seconds
         st.stats.stop_reason = self._stopper.reason
         st.stats.predicted_speedup = predict_speedup(st.stats, self.plan.loop)
+        st.stats.row_invariance = self.row_invariance
         return Generation(self._stopper.text(), list(self._stopper.tokens), st.stats)
 
     def _encode(self, prompt: str | Sequence[int]) -> list[int]:

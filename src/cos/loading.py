@@ -89,7 +89,7 @@ def load_member(path: str, device: str | torch.device = "auto", dtype: str | tor
                 compile: bool = False, kernels: bool | str = "auto") -> Member:
     """A member from a local folder or a hub id (hub ids need network; set HF_HUB_OFFLINE=1 offline).
     compile: a static cache and torch.compile'd decode forwards (CUDA graphs on CUDA), see Member.
-    kernels: the CPU bf16 linear kernel (cos.kernels): auto = where it measures faster than torch here."""
+    kernels: the CPU row-invariant kernels (cos.kernels): auto/True = wherever they run, False = torch's ops."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype)).to(resolve_device(device))
     use_kernels(model, kernels, str(path))
     runtime = dict(cache="static", compile=True) if compile else {}
@@ -97,19 +97,18 @@ def load_member(path: str, device: str | torch.device = "auto", dtype: str | tor
 
 
 def use_kernels(model, kernels: bool | str, name: str) -> int:
-    """Install the CPU bf16 linear kernel on `model` as `kernels` says; how many layers use it."""
-    from .kernels import install_fast_linears, kernel_pays_off
+    """Install the CPU row-invariant kernels (cos.kernels: Linear layers and attention) on `model` unless
+    `kernels` is False; how many Linear layers use them. auto and True are the same since the kernels
+    became what makes a verify block's rows bitwise a one-token step's (kernels/invariance.py)."""
+    from .kernels import install_row_kernels
 
     if kernels not in (True, False, "auto"):
         raise ValueError(f"kernels must be auto, true or false, got {kernels!r}")
-    if kernels is False or next(model.parameters()).device.type != "cpu":
+    if kernels is False:
         return 0
-    if kernels == "auto":
-        pays, why = kernel_pays_off(model)
-        log.info("%s: CPU bf16 linear kernel %s (%s)", name, "on" if pays else "off", why)
-        if not pays:
-            return 0
-    return install_fast_linears(model)
+    changed = install_row_kernels(model)
+    log.info("%s: row-invariant CPU kernels on %d Linear layers", name, changed)
+    return changed
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:

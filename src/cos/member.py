@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from .kernels import MAX_ROWS, row_invariance
 from .kv_cache import empty, is_preallocated, is_static, make_cache, truncate
 from .costs import CallCosts
 from .threads import ThreadPolicy
@@ -77,6 +78,9 @@ class Member:
             mode = "reduce-overhead" if self.device.type == "cuda" else "default"
             self.forward = torch.compile(self.model, mode=mode, dynamic=False)
         self.compile_seconds = 0.0  # spent in warm_up (captures, compilation), never inside a timed generation
+        # None: a block's rows are bitwise the rows of one-token steps (kernels/invariance.py); else why not
+        self.row_invariance = "compiled forwards (torch.compile traces torch's ops, not the kernels)" if compile \
+            else row_invariance(self.model)
         self.reset()
 
     def reset(self) -> None:
@@ -121,14 +125,33 @@ class Member:
         kind = (self.name,)  # contention is the machine's, not a call length's: one choice per member
         threads = self.threads.choose(kind)
         start = self._clock()
-        forward = self.forward if fed.shape[0] <= 16 else self.model
-        out = forward(input_ids=fed[None], past_key_values=self.cache, use_cache=True, logits_to_keep=n)
+        logits = self._forward(fed, n)
         seconds = self._stop_clock(start, fed.shape[0])
         if seconds is not None:
             self.threads.observe(kind, threads, seconds)
             self.costs.observe(fed.shape[0], seconds)
         self.n_cached = length
-        return out.logits[0, -n:]  # [n, V]
+        return logits
+
+    def _forward(self, fed: torch.Tensor, n: int) -> torch.Tensor:
+        """Logits [n, V] at the last n of the `fed` tokens, after the cache. A row-invariant member is fed
+        more than MAX_ROWS tokens in pieces of MAX_ROWS (the pieces before the last n rows through the
+        decoder alone, no LM head), so that a long catch-up gives each row the bits a one-token step gives
+        it; otherwise one forward."""
+        if fed.shape[0] <= MAX_ROWS or self.row_invariance is not None:
+            forward = self.forward if fed.shape[0] <= MAX_ROWS else self.model
+            return forward(input_ids=fed[None], past_key_values=self.cache, use_cache=True,
+                           logits_to_keep=n).logits[0, -n:]
+        pieces = []
+        for begin in range(0, fed.shape[0], MAX_ROWS):
+            piece = fed[begin : begin + MAX_ROWS][None]
+            wanted = min(piece.shape[1], begin + piece.shape[1] - (fed.shape[0] - n))  # rows among the last n
+            if wanted <= 0:
+                self.model.get_decoder()(input_ids=piece, past_key_values=self.cache, use_cache=True)
+            else:
+                pieces.append(self.model(input_ids=piece, past_key_values=self.cache, use_cache=True,
+                                         logits_to_keep=wanted).logits[0])
+        return torch.cat(pieces)  # [n, V]
 
     def _clock(self):
         if self.device.type == "cuda":

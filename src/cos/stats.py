@@ -45,6 +45,7 @@ class GenerationStats:
     members: list[MemberUsage] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)  # the mixture's w (we_mix, we_mix_sd), config order
     predicted_speedup: float | None = None
+    row_invariance: str | None = None  # None: verify rows bitwise one-token steps' rows; else why not
 
     @property
     def tokens_per_second(self) -> float:

@@ -20,7 +20,6 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -155,33 +154,10 @@ void strip_for(int mb, const Problem& p, int64_t m0, int64_t n_begin, int64_t n_
 }
 
 
-constexpr int64_t kChunk = 48;  // W rows per work unit: a multiple of every NB, small enough for L2
-
 void run(const Problem& p, bool native) {
-  // Split M into near-equal groups of at most 8 rows (the tile sizes above).
-  const int64_t groups = (p.M + 7) / 8;
-  std::vector<std::pair<int64_t, int>> mgroups;
-  for (int64_t g = 0, m0 = 0; g < groups; ++g) {
-    const int mb = static_cast<int>((p.M - m0) / (groups - g));
-    mgroups.emplace_back(m0, mb);
-    m0 += mb;
-  }
-  const int64_t chunks = (p.N + kChunk - 1) / kChunk;
-  const int nt = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), chunks)));
-  auto work = [&](int t) {
-    const int64_t c0 = chunks * t / nt, c1 = chunks * (t + 1) / nt;
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t n_begin = c * kChunk, n_end = std::min(p.N, n_begin + kChunk);
-      for (const auto& g : mgroups)
-        (native ? strip_for<true> : strip_for<false>)(g.second, p, g.first, n_begin, n_end);
-    }
-  };
-  if (nt == 1) {
-    work(0);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  work(omp_get_thread_num());
+  cos_tiles::for_each_tile(p.M, p.N, [&](int mb, int64_t m0, int64_t n_begin, int64_t n_end) {
+    (native ? strip_for<true> : strip_for<false>)(mb, p, m0, n_begin, n_end);
+  });
 }
 
 }  // namespace
@@ -222,10 +198,4 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch:
     run(p, native);
   }
   return y;
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("bf16_linear", &bf16_linear, "y = x @ w.T (+ bias), bf16 in and out, fp32 accumulation (AVX-512; native: vdpbf16ps, AVX512_BF16 CPUs only)",
-        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("bias") = pybind11::none(),
-        pybind11::arg("native") = false);
 }

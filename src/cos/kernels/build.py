@@ -20,7 +20,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("bf16_linear.cpp")
+# compiled as one translation unit, in this order (bindings.cpp defines the Python module)
+SOURCES = [Path(__file__).with_name(n) for n in ("tiles.cpp", "bf16_linear.cpp", "f32_linear.cpp", "row_attention.cpp", "bindings.cpp")]
 CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512vl")
@@ -75,7 +76,7 @@ def build_dir(name: str) -> Path:
 
 def extension_name(source: str) -> str:
     digest = hashlib.sha256((source + torch.__version__ + " ".join(CFLAGS)).encode()).hexdigest()[:12]
-    return f"cos_bf16_linear_{digest}"
+    return f"cos_kernels_{digest}"
 
 
 def load() -> ModuleType | None:
@@ -96,7 +97,7 @@ def load() -> ModuleType | None:
             try:
                 from torch.utils.cpp_extension import load_inline
 
-                source = SOURCE.read_text()
+                source = "\n".join(path.read_text() for path in SOURCES)
                 name = extension_name(source)
                 folder = build_dir(name)
                 folder.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""`bf16_linear`: F.linear for bf16 CPU inputs of a few rows through the AVX-512 kernel, else torch."""
+"""`row_linear`: F.linear for bf16 or fp32 CPU inputs of a few rows through the AVX-512 kernels, else torch."""
 
 from __future__ import annotations
 
@@ -7,16 +7,18 @@ import torch.nn.functional as F
 
 from . import build
 
-MAX_ROWS = 16  # past this many rows torch's GEMM is the better path
+MAX_ROWS = 16  # past this many rows torch's GEMM is the better path (a prefill, which every method shares)
+DTYPES = (torch.bfloat16, torch.float32)
 
 
 def kernel_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether the kernel computes this F.linear call: bf16 on CPU, few rows, no gradient wanted."""
-    if x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16 or x.device.type != "cpu":
+    """Whether a kernel computes this F.linear call: bf16 or fp32 on CPU (one dtype for x, weight and
+    bias), few rows, no gradient wanted."""
+    if x.dtype not in DTYPES or weight.dtype != x.dtype or x.device.type != "cpu":
         return False
     if weight.device.type != "cpu" or weight.dim() != 2 or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
         return False
-    if bias is not None and (bias.dtype != torch.bfloat16 or bias.device.type != "cpu"):
+    if bias is not None and (bias.dtype != x.dtype or bias.device.type != "cpu"):
         return False
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
@@ -25,8 +27,8 @@ def kernel_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return 0 < rows <= MAX_ROWS
 
 
-def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T (+ bias). Through the kernel where it applies and is available, else F.linear.
+def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias). Through a kernel where one applies and is available, else F.linear.
 
     Kernel rows are independent: row i of a block's result equals the result for row i alone, bitwise.
     """
@@ -41,5 +43,9 @@ def kernel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if ext is None:
         return F.linear(x, weight, bias)
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
-    y = ext.bf16_linear(x2, weight.contiguous(), None if bias is None else bias.contiguous(), build.native_bf16())
+    b = None if bias is None else bias.contiguous()
+    if x.dtype == torch.bfloat16:
+        y = ext.bf16_linear(x2, weight.contiguous(), b, build.native_bf16())
+    else:
+        y = ext.f32_linear(x2, weight.contiguous(), b)
     return y.reshape(*x.shape[:-1], weight.shape[0])

@@ -26,6 +26,7 @@ def record_stats(generation, seconds_e2e: float) -> dict:
         "predicted_speedup": s["predicted_speedup"], "stop_reason": s["stop_reason"],
         "gamma": s["gamma"], "proposer": s["proposer"], "bonus": s["bonus"], "draft_threshold": s["draft_threshold"],
         "schedule": s["schedule"], "weights": s["weights"], "members": s["members"],
+        "row_invariance": s["row_invariance"],
     }
 
 
@@ -75,6 +76,7 @@ def summarize(records: list[dict], *, method: str, quality: dict, selected: int,
         "measured_speedup": None,
         "measured_over_predicted": None,
         "compare_with": None,
+        "row_invariance": next((r["row_invariance"] for r in records if r.get("row_invariance")), None),
     })
     if all("baseline" in r for r in records):
         comparison = compare_summary(records, totals.tokens_per_second)
@@ -113,6 +115,9 @@ def summary_lines(s: dict) -> list[str]:
         lines.append(f"greedy outputs identical to {c['method']} on {c['identical']}/{c['greedy_compared']} prompts"
                      + (" (log r gap at each first difference, near 0 = a float tie: "
                         + ", ".join("?" if g is None else f"{g:.4f}" for g in gaps) + ")" if gaps else ""))
+        if s.get("row_invariance"):
+            lines.append(f"verify rows are not bitwise one-token steps' rows here ({s['row_invariance']}): "
+                         f"a difference at a near-tie is rounding, not the method")
     load = s.get("load")
     if load and load.get("busy"):
         from ..machine import Load
