@@ -14,7 +14,8 @@ Two member runtimes run interleaved in every condition, on the same weights:
   torch    transformers' DynamicCache, torch's default threads (one per core), the paper's fixed γ,
            torch's bf16 linear;
   cos      the preallocated cache, threads="auto" (threads.py), schedule="adaptive" (schedule.py), the
-           CPU bf16 linear kernel (cos.kernels; installed before each of its generations, removed after).
+           row-invariant CPU kernels (cos.kernels: linear and attention; installed before each of its
+           generations, removed after).
 Each row: tokens/s (decode), the ratio over the standard method of the same runtime and condition,
 the share of the quiet speed kept, c, the members' seconds per call, the draft lengths the schedule
 chose, and how many cores other processes took meanwhile. Rows are appended to --out (jsonl) as they
@@ -97,10 +98,11 @@ def build(models, tok, methods):
 
 
 def generate(engine, runtime: str, ids, max_new: int):
-    from cos.kernels import install_fast_linears, uninstall_fast_linears
+    from cos.kernels import install_row_kernels, row_invariance, uninstall_row_kernels
 
-    for m in engine.members:  # the kernel is per model: on for the cos runtime, off for torch's
-        (install_fast_linears if runtime == "cos" else uninstall_fast_linears)(m.model)
+    for m in engine.members:  # the kernels are per model: on for the cos runtime, off for torch's
+        (install_row_kernels if runtime == "cos" else uninstall_row_kernels)(m.model)
+        m.row_invariance = row_invariance(m.model)  # both runtimes share the weights: say which ops run now
     out = engine.generate(ids, max_new_tokens=max_new, temperature=0, eos_token_ids=[])
     return out.stats
 

@@ -8,7 +8,7 @@ second (GB/s = N*K*2 / time: at few rows the cost is reading W); `best` is the f
 (torch / kernel), which shows what a busy shared machine hides in the median. `M/1` is the cost of M rows relative
 to one row of the same implementation: what a verification block of M tokens costs over a single step.
 Then, where the packaged qwen2.5-coder-0.5b-instruct is pulled (or --model), one forward of q new
-tokens after a 200-token context (DynamicCache, logits_to_keep=q), stock vs with the kernel installed,
+tokens after a 200-token context (DynamicCache, logits_to_keep=q), stock vs with the row-invariant kernels installed (linear and attention),
 and the largest logit difference between the two. Prints a table, then one JSON line. A benchmark,
 not a test: the machine is shared, so figures move by some percent between runs.
 """
@@ -47,7 +47,10 @@ def bench_shapes(names, ms, threads_list, repeats, ext) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
+    from cos.kernels import build
+
     rows = []
+    native = build.native_bf16()  # the inner product the product uses on this CPU
     gen = torch.Generator().manual_seed(0)
     for name in names:
         n, k = SHAPES[name]
@@ -59,7 +62,7 @@ def bench_shapes(names, ms, threads_list, repeats, ext) -> list[dict]:
             for m in ms:
                 x = xs[m]
                 (t_torch, best_torch), (t_kern, best_kern) = timings_ms(
-                    [lambda: F.linear(x, w), lambda: ext.bf16_linear(x, w, None)], repeats)
+                    [lambda: F.linear(x, w), lambda: ext.bf16_linear(x, w, None, native)], repeats)
                 base.setdefault("torch", t_torch)
                 base.setdefault("kernel", t_kern)
                 gb = n * k * 2 / 1e9
@@ -83,7 +86,7 @@ def bench_model(path: Path, threads_list, context: int, qs, repeats) -> list[dic
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from cos.kernels import install_fast_linears, uninstall_fast_linears
+    from cos.kernels import install_row_kernels, uninstall_row_kernels
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16).eval()
     gen = torch.Generator().manual_seed(0)
@@ -107,15 +110,15 @@ def bench_model(path: Path, threads_list, context: int, qs, repeats) -> list[dic
                     return out.logits
 
                 def fast_step():
-                    install_fast_linears(model)
+                    install_row_kernels(model)
                     try:
                         return step()
                     finally:
-                        uninstall_fast_linears(model)
+                        uninstall_row_kernels(model)
 
                 stock_logits = step().float()
-                changed = install_fast_linears(model)
-                uninstall_fast_linears(model)
+                changed = install_row_kernels(model)
+                uninstall_row_kernels(model)
                 fast_logits = fast_step().float()
                 (t_stock, _), (t_fast, _) = timings_ms([step, fast_step], repeats)
                 rows.append(dict(threads=threads, context=context, q=q, linears=changed,

@@ -49,7 +49,7 @@ def add_args(ap) -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", default="auto", help="auto | an int | none (torch's own)")
-    ap.add_argument("--kernels", default="auto", choices=list(common.KERNELS), help="the CPU bf16 linear kernel")
+    ap.add_argument("--kernels", default="auto", choices=list(common.KERNELS), help="the row-invariant CPU kernels (auto = on wherever they run)")
     ap.add_argument("--out", default="results/bench_mix.jsonl")
 
 

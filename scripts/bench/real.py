@@ -62,7 +62,7 @@ def add_args(ap) -> None:
     ap.add_argument("--schedule", default="fixed", choices=["fixed", "adaptive"],
                     help="draft-length schedule of the methods that draft (fixed: the paper's γ every round)")
     ap.add_argument("--threads", default=None, help="auto | an int (default: torch's own, one per core)")
-    ap.add_argument("--kernels", default="auto", choices=list(common.KERNELS), help="the CPU bf16 linear kernel")
+    ap.add_argument("--kernels", default="auto", choices=list(common.KERNELS), help="the row-invariant CPU kernels (auto = on wherever they run)")
     ap.add_argument("--out", default="results/bench_real.jsonl")
 
 

@@ -91,7 +91,7 @@ class RunConfig:
     dtypes: list = field(default_factory=lambda: ["float32"])
     threads: int | str | None = "auto"  # CPU threads per forward (threads.py)
     compile: bool = False  # static caches + torch.compile'd decode forwards (CUDA graphs on CUDA)
-    kernels: bool | str = "auto"  # the CPU bf16 linear kernel: auto (where it measures faster) | true | false
+    kernels: bool | str = "auto"  # the row-invariant CPU kernels: auto = true (wherever they run) | false (torch's ops)
     warmup: int = 1
     progress: bool = True
     backend: str = "hf"  # hf | vllm (backend.py)
