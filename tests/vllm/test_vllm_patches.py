@@ -1,5 +1,5 @@
 """The patches of cos/vllm_backend/patches.py against the installed vLLM: every symbol they rely on is there
-(tests/test_vllm_patches.py fakes a missing one), and registering the plugin applies each patch once."""
+(tests/test_patch_symbols.py fakes a missing one), and registering the plugin applies each patch once."""
 
 from __future__ import annotations
 
