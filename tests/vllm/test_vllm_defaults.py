@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from vllm_cases import BIG_GENERATION
 
 from cos.tokens import generation_eos
+from cos.vllm_backend import CompositeSpec, VllmEngine, memory
 
 SAMPLING_KEYS = {"repetition_penalty", "temperature", "top_p", "top_k", "do_sample", "min_p", "max_new_tokens"}
 
@@ -48,3 +50,45 @@ def test_seeded_sampling_with_prompts_past_the_prefill_budget(engines):
     assert [len(o.token_ids) for o in outs] == [2] * count
     again = engine.generate(prompts[-1:], max_new_tokens=2, temperature=1.0, seed=9, eos_token_ids=[])
     assert again[0].token_ids == outs[-1].token_ids  # seeded: the same draw alone as in the batch
+
+
+class Started(Exception):
+    """Raised by a stand-in for vllm.LLM: carries the options VllmEngine would start vLLM with."""
+
+
+@pytest.fixture
+def options_given(monkeypatch, composite_dirs):
+    """start(composite name, **VllmEngine options) -> the options VllmEngine passes to vllm.LLM."""
+    import vllm
+
+    def fake_llm(**options):
+        raise Started(options)
+
+    monkeypatch.setattr(vllm, "LLM", fake_llm)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+
+    def start(name: str, **kwargs) -> dict:
+        with pytest.raises(Started) as started:
+            VllmEngine(composite_dirs[name], **kwargs)
+        return started.value.args[0]
+
+    return start
+
+
+def test_alternate_proposals_ask_for_the_synchronous_scheduler(options_given):
+    """vLLM on GPU schedules asynchronously by default, which would turn alternate proposals off: VllmEngine
+    asks for the synchronous scheduler exactly where they run, and leaves vLLM's default elsewhere."""
+    assert options_given("we2", speculative_draft="m1")["async_scheduling"] is False
+    assert options_given("we2", speculative_draft="m1", alternate_proposals=False)["async_scheduling"] is None
+    assert options_given("we3", speculative_draft="m2")["async_scheduling"] is None  # 3 members: whole composite
+    assert "async_scheduling" not in options_given("we2")
+    with pytest.raises(ValueError, match="alternate_proposals=False"):
+        options_given("we2", speculative_draft="m1", async_scheduling=True)
+
+
+def test_the_cpu_kv_cache_is_sized_for_the_members(options_given, composite_dirs):
+    """Unless the caller chose: vLLM's default would reserve most of the RAM for one engine (memory.py)."""
+    sized = options_given("we2", max_model_len=256, dtype="float32")["kv_cache_memory_bytes"]
+    spec = CompositeSpec.load(composite_dirs["we2"])
+    assert sized == memory.cpu_kv_cache_bytes([m.config for m in spec.members], 256, 4, 1 << 50)
+    assert options_given("we2", kv_cache_memory_bytes=5 << 20)["kv_cache_memory_bytes"] == 5 << 20

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from vllm_cases import COMPOSITES, KV_CACHE_BYTES, MAX_NEW, PROMPTS
@@ -107,6 +106,23 @@ def test_launcher_arguments():
         serve_argv(["--port", "1"])
     with pytest.raises(FileNotFoundError, match="no config.json"):
         serve_argv(["/no/such/composite"])
+
+
+def test_alternate_proposals_are_served_on_the_synchronous_scheduler(composite_dirs):
+    from cos.vllm_backend.serve import serve_argv
+
+    def argv(name: str, *extra: str) -> list[str]:
+        spec = {"method": "draft_model", "model": str(composite_dirs[name] / "members" / COMPOSITES[name][3])}
+        return serve_argv([str(composite_dirs[name]), "--speculative-config", json.dumps(spec), *extra])
+
+    assert argv("we2").count("--no-async-scheduling") == 1  # a member of two drafts: alternate proposals
+    assert argv("we2", "--no-async-scheduling").count("--no-async-scheduling") == 1
+    off = json.dumps({"cos_alternate_proposals": False})
+    assert "--no-async-scheduling" not in argv("we2", "--hf-overrides", off)  # the whole composite verifies
+    assert "--no-async-scheduling" not in argv("we3")  # three members: the whole composite verifies
+    assert "--no-async-scheduling" not in serve_argv([str(composite_dirs["we2"])])  # no speculation
+    with pytest.raises(ValueError, match="cos_alternate_proposals"):
+        argv("we2", "--async-scheduling")
 
 
 def test_served_sampling_with_cos_parameters(server, engines):

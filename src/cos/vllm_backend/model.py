@@ -34,6 +34,8 @@ from vllm.model_executor.models.registry import ModelRegistry
 
 from .alternate import AlternateState, plain_sampling
 from .composite import CompositeSpec
+from .member_draft import composite_member
+from .patches import check_runner, model_runner_above
 from .request_params import RowParams, grouped
 
 
@@ -53,6 +55,8 @@ class CosCollaborativeForCausalLM(nn.Module):
         self.row_params = RowParams()
         self.recorded: list | None = None  # tests set a list: (member logits, row params, log r) of every call
         self.alternate: AlternateState | None = None  # set by the drafting member (member_draft.py)
+        self._member_drafts = composite_member(vllm_config) is not None
+        self._runner_checked = False  # the first call from a model runner checks that the CoS hooks are on its path
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError("a CoS composite has one embedding per member: feed it input_ids, not embeddings")
@@ -87,6 +91,11 @@ class CosCollaborativeForCausalLM(nn.Module):
         return state.draft_index if state.verifier_only else None
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not self._runner_checked:
+            runner = model_runner_above()
+            if runner is not None:
+                check_runner(runner, self._member_drafts)  # never a silent fallback to vLLM's stock path
+                self._runner_checked = True
         parts = torch.split(hidden_states, self.hidden_sizes, dim=-1)
         if self.alternate is not None and self.alternate.verifier_only:  # the sampler forms r (alternate.py)
             v = 1 - self.alternate.draft_index

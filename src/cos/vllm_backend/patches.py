@@ -8,6 +8,7 @@ inside a step.
 
 | what | vLLM symbol relied on | done here |
 |---|---|---|
+| the model runner | config.VllmConfig.use_v2_model_runner (a property) | wrapped: a CoS composite runs on the V1 runner its hooks are written for (`run_composites_on_v1`); `check_runner` raises if a step runs elsewhere |
 | admission check | v1.engine.input_processor.InputProcessor._validate_params | wrapped when vLLM imports the module (an import hook): a bad cos_* parameter is a 400 (request_validation.py) |
 | CPU expand kernel | utils.cpu_triton_utils._expand_kernel_impl, triton_utils.dispatcher | replaced where a self-test shows it broken (vllm_fixes.py) |
 | member drafts | v1.worker.gpu_model_runner.DraftModelProposer (and the methods MemberDraftProposer overrides) | rebound to MemberDraftProposer (member_draft.py) |
@@ -55,6 +56,7 @@ DRAFT_OVERRIDES = ("load_model", "set_inputs_first_pass", "prepare_next_token_id
                    "_sample_from_logits", "_sample_draft_tokens", "propose")
 # Checked by the plugin's `install` (modules every vLLM process that runs a model imports anyway).
 AT_REGISTRATION: tuple[Needed, ...] = (
+    Needed("vllm.config", "VllmConfig.use_v2_model_runner", "the model runner a composite runs on (wrapped)"),
     Needed(RUNNER, "GPUModelRunner._sample", "zero-draft steps and alternate proposals (wrapped)"),
     Needed(RUNNER, "DraftModelProposer", "member drafts (rebound to MemberDraftProposer)"),
     *(Needed("vllm.v1.spec_decode.draft_model", f"DraftModelProposer.{name}", "member drafts (overridden)")
@@ -124,10 +126,117 @@ def installed_version() -> str:
 def install() -> None:
     """Check the symbols, then apply every patch (the plugin's `register`; idempotent)."""
     check(AT_REGISTRATION)
+    run_composites_on_v1()
     validate_at_admission()
     fix_cpu_expand_kernel()
     draft_with_member()
     wrap_sample()
+
+
+# --- the model runner: a composite runs on the V1 runner, where every hook below is ------------------------
+# vLLM 0.33 (GPU) runs Model Runner V2 (vllm/v1/worker/gpu/model_runner.py) by default wherever Triton is
+# present: VllmConfig.use_v2_model_runner is True unless VLLM_USE_V2_MODEL_RUNNER says otherwise or a
+# feature of _get_v2_model_runner_unsupported_features is asked for, and draft_model is not one. MRV2 drafts
+# with its own StandaloneARSpeculator (vllm/v1/worker/gpu/spec_decode/) and samples in GPUModelRunner.sample
+# with its own RejectionSampler: none of the hooks below would run, and a user asking for CoS would get
+# vLLM's stock draft model (the member loaded twice, verified by the whole composite), silently.
+#
+# What an MRV2 port needs (not built: MRV2 runs on CUDA with Triton only, nothing here can test it):
+# - member drafts: a speculator subclassing MRV2's DraftModelSpeculator whose load_model takes the member
+#   module out of the composite (member_draft.py's load_model) and whose draft sampling uses the member's
+#   CoS-processed q (its sample_draft; MRV2 draws drafts with Gumbel noise from draft_logits);
+#   init_speculator (vllm/v1/worker/gpu/spec_decode/__init__.py) must return it for a composite member;
+# - zero-draft steps: MRV2 asks the speculator for num_speculative_tokens per step; a step drafting 0
+#   must take GPUModelRunner.sample's plain path (as _skip_empty_drafts does for V1);
+# - alternate proposals: the verifier-only pass needs (a) the composite's forward told that the step
+#   verifies drafts only (V1: runner.input_batch.spec_token_ids; MRV2: the InputBatch passed to sample),
+#   (b) RejectionSampler.__call__(logits, input_batch, draft_logits) given r formed from the verifier's
+#   rows and the drafter's kept rows (AlternateState.targets), (c) the bonus withheld (AlternateState.
+#   withhold on the SamplerOutput) before postprocess_sampled / speculator.observe_verification;
+# - per-request CoS parameters: request_params.RowParams reads runner.input_batch and runner.requests;
+#   MRV2 keeps requests in req_states (RequestState) and passes the InputBatch as an argument.
+V2_SWITCH = "VLLM_USE_V2_MODEL_RUNNER"
+_said = False
+
+
+def run_composites_on_v1() -> None:
+    """Wrap VllmConfig.use_v2_model_runner once: for a CoS composite it answers `runner_for_composite`;
+    every other model keeps vLLM's own choice (idempotent)."""
+    from vllm.config import VllmConfig
+
+    stock = VllmConfig.__dict__["use_v2_model_runner"].fget
+    if getattr(stock, "_cos_runner", False):
+        return
+
+    @functools.wraps(stock)
+    def use_v2_model_runner(self) -> bool:
+        if not is_composite(self.model_config):
+            return stock(self)
+        from vllm import envs
+
+        return runner_for_composite(getattr(envs, V2_SWITCH, None))
+
+    use_v2_model_runner._cos_runner = True
+    VllmConfig.use_v2_model_runner = property(use_v2_model_runner)
+
+
+def is_composite(model_config) -> bool:
+    from .composite import ARCHITECTURE
+
+    hf_config = getattr(model_config, "hf_config", None)
+    return ARCHITECTURE in (getattr(hf_config, "architectures", None) or [])
+
+
+def runner_for_composite(asked: bool | None) -> bool:
+    """use_v2_model_runner for a composite: False (the V1 runner), said once; `asked` is VLLM_USE_V2_MODEL_RUNNER
+    (None: unset). Asking for V2 explicitly is refused with the reason."""
+    global _said
+    if asked:
+        raise ValueError(f"cos: {V2_SWITCH}=1 asks vLLM for Model Runner V2, but the CoS hooks (member drafts, "
+                         f"alternate proposals, per-request CoS parameters) are written for the V1 model runner and "
+                         f"MRV2 would bypass them (cos/vllm_backend/patches.py says what a port needs): unset "
+                         f"{V2_SWITCH} or set it to 0")
+    if not _said:
+        _said = True
+        import logging
+
+        logging.getLogger(__name__).info("cos: a CoS composite runs on vLLM's V1 model runner, the one its hooks "
+                                         "are written for (Model Runner V2 would bypass them)")
+    return False
+
+
+def check_runner(runner, member_drafts: bool) -> None:
+    """Raise one error naming each CoS hook that `runner` (the model runner calling the composite) would
+    bypass: another runner is active than the one patched (V2, a renamed class). member_drafts: whether
+    this engine drafts with a composite member."""
+    from .member_draft import MemberDraftProposer
+
+    name = f"{type(runner).__module__}.{type(runner).__qualname__}"
+    gone = []
+    if not getattr(getattr(type(runner), "_sample", None), "_cos_sample", False):
+        gone.append(f"{name}._sample is not CoS's (zero-draft steps, alternate proposals)")
+    if member_drafts and not isinstance(getattr(runner, "drafter", None), MemberDraftProposer):
+        gone.append(f"its drafter is {type(getattr(runner, 'drafter', None)).__name__}, not MemberDraftProposer "
+                    f"(member drafts: the member would be loaded twice and draft from its raw logits)")
+    if not (hasattr(runner, "input_batch") and hasattr(runner, "requests")):
+        gone.append("it has no input_batch and requests (per-request CoS parameters, request_params.py)")
+    if gone:
+        raise UnsupportedVllm(f"cos: the CoS composite runs in {name}, which bypasses: {'; '.join(gone)}. The CoS "
+                              f"hooks are written for vLLM's V1 model runner ({RUNNER}.GPUModelRunner, "
+                              f"{WRITTEN_FOR}); unset {V2_SWITCH} or set it to 0, and install that version")
+
+
+def model_runner_above(depth: int = 24):
+    """The innermost `self` on the Python stack whose class is a model runner (its name ends in ModelRunner)."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        obj = frame.f_locals.get("self")
+        if obj is not None and type(obj).__name__.endswith("ModelRunner"):
+            return obj
+        frame = frame.f_back
+    return None
 
 
 # --- admission check: InputProcessor._validate_params, wrapped when vLLM imports its module ---------------

@@ -27,6 +27,8 @@ this step's budget in a later one), so nothing is discarded and no generator is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -66,9 +68,13 @@ def safe_engine_options(options: dict) -> dict:
     return options
 
 
+def flags_given(args: Sequence[str]) -> set[str]:
+    """The --flags of a command line, spelled with dashes (--a_b=1 -> --a-b)."""
+    return {a.split("=", 1)[0].replace("_", "-") for a in args if a.startswith("--")}
+
+
 def safe_serve_args(args: list[str]) -> list[str]:
     """`vllm serve` arguments with the same default (the flag added unless either spelling is given)."""
-    given = {a.split("=", 1)[0].replace("_", "-") for a in args if a.startswith("--")}
-    if on_cpu() and not given & set(CHUNKED_PREFILL_FLAGS):
+    if on_cpu() and not flags_given(args) & set(CHUNKED_PREFILL_FLAGS):
         return [*args, "--no-enable-chunked-prefill"]
     return args
