@@ -26,10 +26,16 @@ def config(architecture: str) -> SimpleNamespace:
 @pytest.fixture
 def triton_present(monkeypatch):
     """vLLM's selection as on a GPU machine (vllm 0.33: MRV2 is the default wherever Triton is present)."""
+    from vllm import envs
     from vllm.config import vllm as vllm_config_module
 
     monkeypatch.setattr(vllm_config_module, "HAS_TRITON", True)
     monkeypatch.delenv(patches.V2_SWITCH, raising=False)
+    cached = envs._is_envs_cache_enabled()  # an engine started earlier in this process froze vllm.envs
+    envs.disable_envs_cache()  # read VLLM_USE_V2_MODEL_RUNNER as each test sets it
+    yield
+    if cached:
+        envs.enable_envs_cache()
 
 
 def test_a_composite_gets_the_v1_runner_where_vllm_would_pick_v2(triton_present):
