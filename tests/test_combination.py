@@ -61,3 +61,20 @@ def test_top_k_and_top_p():
     p = logits.softmax(-1)[0]  # ≈ [0.64, 0.24, 0.09, 0.03]
     kept = ~torch.isinf(process_logits(logits, SamplingParams(1.0, top_p=0.7))[0])
     assert kept.tolist() == [True, True, False, False] and p[0] < 0.7 <= p[:2].sum()
+
+
+def test_a_proposal_from_some_members_is_the_groups_part_of_r():
+    """Combination.proposal: the law a verifier group draws its withheld token from (vLLM's alternate
+    proposals). WE: the given members' share of r renormalised, so r >= W_G q and a draw from q is
+    accepted with probability >= W_G (the group's weight); otherwise the first given member's own p_i."""
+    we = WeightedEnsemble(n_members=3, weights=(0.5, 0.3, 0.2))
+    q = we.proposal([L[0], None, L[2]], T1)
+    torch.testing.assert_close(q, (0.5 * L[0].softmax(-1) + 0.2 * L[2].softmax(-1)) / 0.7)
+    r = we.distribution(L, T1)
+    assert bool((r >= 0.7 * q - 1e-7).all())
+    assert float((q * (r / q).clamp(max=1)).sum()) >= 0.7 - 1e-6  # the acceptance rate of a draw from q
+    params = SamplingParams(0.5, top_k=2)
+    torch.testing.assert_close(we.proposal([None, L[1], None], params), process_logits(L[1], params).softmax(-1))
+    zero = WeightedEnsemble(n_members=3, weights=(0.0, 0.0, 1.0))  # no weight given: the first one's own p
+    torch.testing.assert_close(zero.proposal([L[0], L[1], None], T1), L[0].softmax(-1))
+    torch.testing.assert_close(ProxyTuning(n_members=3).proposal([L[0], None, L[2]], T1), L[0].softmax(-1))

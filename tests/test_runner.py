@@ -181,8 +181,9 @@ def test_main_case_prints_text_and_statistics(tmp_path, monkeypatch, capsys):
     (["method.alpha=-1"], "contrastive alpha must be >= 0"),
     (["method.draft_threshold=1.5"], "draft_threshold must be a probability in [0, 1)"),
     (["backend=tpu"], "backend must be one of hf, vllm, got 'tpu'"),
-    (["backend=vllm", "method.gamma=[5,5]"], "method cd_chef with gamma=[5, 5]: on vLLM the verifier proposes only "
-                                             "its own withheld token (γ = 1, the paper's setting)"),
+    (["backend=vllm", "method.gamma=[5,5]"], "method cd_chef with gamma=[5, 5]: on vLLM the verifiers propose only "
+                                             "their own withheld token (γ = 1, the paper's setting): set "
+                                             "method.gamma=[1, k]"),
     (["backend=vllm", "method.name=cd_sd"], "method cd_sd with bonus='none': vLLM's rejection sampler always draws"),
     (["backend=vllm", "method.name=cd_sd", "method.bonus=exact", "method.schedule=adaptive"],
      "method.schedule=adaptive does not apply on backend=vllm"),

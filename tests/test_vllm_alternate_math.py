@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cos import SamplingParams
-from cos.combination import Contrastive, WeightedEnsemble
+from cos.combination import Contrastive, ProxyTuning, WeightedEnsemble
 from cos.sampling import process_logits
 from cos.vllm_backend.alternate import PLACEHOLDER, AlternateState, plain_sampling, wanted
 
@@ -29,27 +29,39 @@ def spec(num_draft_tokens: list[int]) -> SimpleNamespace:
                            bonus_logits_indices=torch.tensor(bonus))
 
 
-@pytest.mark.parametrize("combination,draft_index", [(Contrastive(n_members=2, alpha=0.1), 1), (WeightedEnsemble(n_members=2, weights=(0.3, 0.7)), 0)],
-                         ids=["cd-m1-drafts", "we-m0-drafts"])
-def test_draft_rows_are_log_r_and_bonus_rows_the_verifier_alone(combination, draft_index):
+CASES = {  # combination, the drafting member
+    "cd-m1-drafts": (Contrastive(n_members=2, alpha=0.1), 1),
+    "we-m0-drafts": (WeightedEnsemble(n_members=2, weights=(0.3, 0.7)), 0),
+    "we3-m1-drafts": (WeightedEnsemble(n_members=3, weights=(0.5, 0.2, 0.3)), 1),
+    "proxy-m2-drafts": (ProxyTuning(n_members=3), 2),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_draft_rows_are_log_r_and_bonus_rows_the_verifiers_proposal(case):
+    combination, draft_index = CASES[case]
     torch.manual_seed(0)
     state = AlternateState(combination, draft_index)
     kept = torch.randn(2, 3, V)  # the drafter's logits of the drafts it proposed, rows by request "b", "a"
     state.keep_drafts(kept, ["b", "a"])
     req_ids, drafts = ["a", "b"], [2, 1]  # this step's row order differs from the drafting step's
     assert state.covers(req_ids, drafts)
-    verifier = torch.randn(5, V)
+    verifiers = [torch.randn(5, V) for _ in range(combination.n_members - 1)]  # config order, drafter left out
     params = [SAMPLED] * 3 + [GREEDY] * 2  # a's rows (2 drafts + bonus), then b's (1 draft + bonus)
-    out = state.targets(verifier, spec(drafts), req_ids, params)
+    out = state.targets(verifiers, spec(drafts), req_ids, params)
 
-    def members(v, d):
-        return [d, v] if draft_index == 0 else [v, d]
+    def members(row, drafter):
+        rows = [v[row] for v in verifiers]
+        return rows[:draft_index] + [drafter] + rows[draft_index:]
 
     for row, (req, j) in zip([0, 1, 3], [(1, 0), (1, 1), (0, 0)]):  # draft rows: "a" is kept row 1, "b" row 0
-        want = combination.distribution(members(verifier[row], kept[req, j]), params[row]).log()
+        want = combination.distribution(members(row, kept[req, j]), params[row]).log()
         torch.testing.assert_close(out[row], want)
-    for row in (2, 4):  # bonus rows: log p_v, the withheld token's law
-        torch.testing.assert_close(out[row], process_logits(verifier[row], params[row]).log_softmax(-1))
+    for row in (2, 4):  # bonus rows: log q_v, the withheld token's law, from the verifiers' rows alone
+        want = combination.proposal(members(row, None), params[row])
+        torch.testing.assert_close(out[row].exp(), want)
+        if combination.n_members == 2:  # one verifier: its own p_v
+            torch.testing.assert_close(want, process_logits(verifiers[0][row], params[row]).softmax(-1))
 
 
 def test_a_fully_accepted_block_withholds_its_bonus_with_the_law_it_was_drawn_from():
@@ -112,11 +124,12 @@ def config(hf_config: dict | None = None, **spec) -> SimpleNamespace:
         scheduler_config=SimpleNamespace(async_scheduling=False))
 
 
-def test_the_path_applies_to_two_members_on_vllms_synchronous_padded_drafter():
+def test_the_path_applies_to_a_drafting_member_on_vllms_synchronous_padded_drafter():
     assert wanted(config(), 2)
+    assert wanted(config(), 3)  # the verifier group: every member but the drafter
     assert wanted(config({"cos_alternate_proposals": True}), 2)
     assert not wanted(config({"cos_alternate_proposals": False}), 2)  # VllmEngine(alternate_proposals=False)
-    assert not wanted(config(), 3)  # the HF engine's alternate framework covers n > 2
+    assert not wanted(config(), 1)  # one member: nothing to alternate with
     assert not wanted(config(disable_padded_drafter_batch=True), 2)
     assert not wanted(config(parallel_drafting=True), 2)
     asynchronous = config()

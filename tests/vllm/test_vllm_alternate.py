@@ -1,6 +1,7 @@
 """Alternate proposals in vLLM (cos/vllm_backend/alternate.py): the drafting member left out of the verify
-pass, the verifier's own sample withheld as the next round's first draft. Greedy: the tokens of standard
-decoding; sampled: the law of r (Monte Carlo over three tokens, so that withheld tokens are verified)."""
+pass, the verifiers' own sample withheld as the next round's first draft, for 2 and 3 members. Greedy: the
+tokens of standard decoding; sampled: the law of r (Monte Carlo over three tokens, so that withheld tokens
+are verified)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ import math
 import pytest
 import torch
 from test_vllm_sampling import DELTA, total_variation
-from vllm_cases import GREEDY, MAX_NEW, PROMPTS, assert_greedy_equal
+from vllm_cases import COMPOSITES, GREEDY, MAX_NEW, PROMPTS, assert_greedy_equal
 
 from cos import SamplingParams
-from cos.combination import Single
 from cos.vllm_backend.request_params import extra_args
 
 
@@ -23,7 +23,7 @@ def alternate_counts(engine) -> tuple[int, int] | None:
 
 
 @pytest.mark.parametrize("gamma", [1, 2, 3])
-@pytest.mark.parametrize("name", ["we2", "cd2"])
+@pytest.mark.parametrize("name", ["we2", "cd2", "we3"])
 def test_greedy_equals_standard_decoding_with_withheld_tokens(name, gamma, engines, hf_sides):
     """γ = 1: every round whose draft is the withheld token drafts nothing more (the drafter only feeds)."""
     standard = engines(name).generate(PROMPTS, max_new_tokens=MAX_NEW, temperature=0, eos_token_ids=[])
@@ -35,15 +35,14 @@ def test_greedy_equals_standard_decoding_with_withheld_tokens(name, gamma, engin
         log_r_at = lambda j, ids=ids, out=out: hf_sides[name].log_r(ids + out.token_ids[:j], GREEDY)[-1]  # noqa: E731
         assert_greedy_equal(out.token_ids, want.token_ids, log_r_at)
     more_rounds, more_withheld = alternate_counts(engine)
-    assert more_rounds > rounds  # verify passes ran the verifier alone
-    if name == "we2":  # its drafts are often all accepted; cd2's amateur rarely is on these tiny members
+    assert more_rounds > rounds  # verify passes ran the verifiers alone
+    if name != "cd2":  # WE drafts are often all accepted; cd2's amateur rarely is on these tiny members
         assert more_withheld > withheld
 
 
-def test_whole_composite_verification_stays_available_and_three_members_use_it(engines, hf_sides):
-    """alternate_proposals=False, and n = 3 (the path covers two members), verify with the whole composite."""
-    for engine in (engines("we2", speculative=True, alternate=False), engines("we3", speculative=True)):
-        assert alternate_counts(engine) is None
+def test_whole_composite_verification_stays_available(engines, hf_sides):
+    """alternate_proposals=False verifies with the whole composite."""
+    assert alternate_counts(engines("we2", speculative=True, alternate=False)) is None
     off = engines("we2", speculative=True, alternate=False).generate(PROMPTS, max_new_tokens=MAX_NEW, temperature=0,
                                                                      eos_token_ids=[])
     standard = engines("we2").generate(PROMPTS, max_new_tokens=MAX_NEW, temperature=0, eos_token_ids=[])
@@ -70,16 +69,18 @@ def law_of_three(next_law, prompt: list[int]) -> dict[tuple[int, ...], float]:
     return law
 
 
-@pytest.mark.parametrize("draft_sampling", ["greedy", "probabilistic"])
-def test_sampling_with_withheld_tokens_is_distributed_as_r(draft_sampling, engines, hf_sides):
+@pytest.mark.parametrize("name,draft_sampling", [("we2", "greedy"), ("we2", "probabilistic"), ("we3", "probabilistic")])
+def test_sampling_with_withheld_tokens_is_distributed_as_r(name, draft_sampling, engines, hf_sides):
     """γ = 1: token 2 verifies the drafter's draft against r formed from kept drafter logits; where it was
-    accepted, token 3 verifies the withheld t ~ p_v (q = p_v). Argmax drafts under sampling (greedy) take
-    vLLM's one-hot q, t keeps its p_v. Bound as in test_vllm_sampling: E[TV] <= 0.5 sqrt(K/N) plus
-    McDiarmid. Negative control: t emitted unverified, the third token drawn from the verifier alone."""
+    accepted, token 3 verifies the withheld t ~ q_v (two members: the verifier's p_v; three: the verifiers'
+    share of r, Combination.proposal). Argmax drafts under sampling (greedy) take vLLM's one-hot q, t keeps
+    its q_v. Bound as in test_vllm_sampling: E[TV] <= 0.5 sqrt(K/N) plus McDiarmid. Negative control: t
+    emitted unverified, the third token drawn from q_v."""
     from vllm import SamplingParams as VllmSamplingParams
 
     params = SamplingParams(temperature=0.7, top_k=2)  # per-member top-k: at most 4 tokens a position
-    engine, side = engines("we2", speculative=True, draft_sampling=draft_sampling, gamma=1), hf_sides["we2"]
+    engine, side = engines(name, speculative=True, draft_sampling=draft_sampling, gamma=1), hf_sides[name]
+    drafter = [m.name for m in side.spec.members].index(COMPOSITES[name][3])
     _, withheld_before = alternate_counts(engine)
     prompt = engine.encode(PROMPTS[2])
     sampling = [VllmSamplingParams(temperature=1.0, seed=s, max_tokens=3, ignore_eos=True,
@@ -98,13 +99,14 @@ def test_sampling_with_withheld_tokens_is_distributed_as_r(draft_sampling, engin
     heads: dict[tuple[int, ...], float] = {}  # the law of tokens 1 and 2
     for seq, p in law.items():
         heads[seq[:2]] = heads.get(seq[:2], 0.0) + p
-    unverified = {}  # r for tokens 1 and 2, then the verifier's own p_v: a withheld token let through
+    unverified = {}  # r for tokens 1 and 2, then the verifiers' own q_v: a withheld token let through
     for head, p in heads.items():
         with torch.inference_mode():
-            logits = side.models[0](input_ids=torch.tensor([prompt + list(head)])).logits[0, -1]
-        p_v = Single().distribution([logits], params)
-        for x in torch.nonzero(p_v).flatten().tolist():
-            unverified[head + (x,)] = p * float(p_v[x])
+            logits = [None if i == drafter else model(input_ids=torch.tensor([prompt + list(head)])).logits[0, -1]
+                      for i, model in enumerate(side.models)]
+        q_v = side.combination.proposal(logits, params)
+        for x in torch.nonzero(q_v).flatten().tolist():
+            unverified[head + (x,)] = p * float(q_v[x])
     print(f"TV(counts, r) {total_variation(counts, law, N):.3f}, bound {bound:.3f}, TV(r, control) "
           f"{total_variation(law, unverified, 1):.3f}, TV(counts, control) {total_variation(counts, unverified, N):.3f}")
     assert total_variation(law, unverified, 1) > 2 * bound, "control too close to r: the test would have no power"

@@ -80,7 +80,7 @@ def test_alternate_proposals_ask_for_the_synchronous_scheduler(options_given):
     asks for the synchronous scheduler exactly where they run, and leaves vLLM's default elsewhere."""
     assert options_given("we2", speculative_draft="m1")["async_scheduling"] is False
     assert options_given("we2", speculative_draft="m1", alternate_proposals=False)["async_scheduling"] is None
-    assert options_given("we3", speculative_draft="m2")["async_scheduling"] is None  # 3 members: whole composite
+    assert options_given("we3", speculative_draft="m2")["async_scheduling"] is False  # 3 members: their group verifies
     assert "async_scheduling" not in options_given("we2")
     with pytest.raises(ValueError, match="alternate_proposals=False"):
         options_given("we2", speculative_draft="m1", async_scheduling=True)

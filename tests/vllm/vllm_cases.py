@@ -27,7 +27,8 @@ PROMPTS = ["Hello, world", "def fib(n):", "The quick brown fox", "1 + 1 =", "Onc
 COMPOSITES = {
     "we2": (("big", "small"), "we", {"weights": [0.5, 0.5]}, "m1"),
     "cd2": (("small", "close"), "cd", {"alpha": 0.1}, "m1"),  # the amateur drafts, as in the paper
-    "we3": (("big", "small", "close"), "we", {"weights": [0.5, 0.3, 0.2]}, "m2"),
+    # the drafter weighs most: a Monte Carlo test of the verifiers' withheld token has power where q_v is far from r
+    "we3": (("big", "small", "close"), "we", {"weights": [0.3, 0.2, 0.5]}, "m2"),
 }
 
 # sampling defaults in member big's generation_config.json, which no composite may apply

@@ -65,14 +65,12 @@ def check_vllm_method(spec: "MethodSpec", schedule: str | None, role: str = "met
 
 
 def _check_vllm_cos(head: str, n_members: int, gamma) -> None:
-    """vLLM's drafter is one fixed member; the other verifies and proposes only its withheld token."""
-    if n_members != 2:
-        raise ValueError(f"{head}: on vLLM alternate proposals take two members (one drafts, the other verifies), "
-                         f"got {n_members}: use backend=hf")
-    if not isinstance(gamma, int) and min(gamma) != 1:
-        raise ValueError(f"{head} with gamma={list(gamma)}: on vLLM the verifier proposes only its own withheld "
-                         f"token (γ = 1, the paper's setting): set method.gamma=[1, k] with k for the member that "
-                         f"drafts, or use backend=hf")
+    """vLLM's drafter is one fixed member; the others verify together and propose only their withheld token."""
+    if not isinstance(gamma, int) and sorted(gamma)[:-1] != [1] * (n_members - 1):
+        ones = ", ".join(["1"] * (n_members - 1))
+        raise ValueError(f"{head} with gamma={list(gamma)}: on vLLM the verifiers propose only their own withheld "
+                         f"token (γ = 1, the paper's setting): set method.gamma=[{ones}, k] with k for the member "
+                         f"that drafts (in its place), or use backend=hf")
 
 
 def check_vllm_runtime(cfg: Mapping) -> dict:

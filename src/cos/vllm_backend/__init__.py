@@ -54,13 +54,14 @@ processing commutes with the softmax normalisation); for WE it is exact only at 
 top-k/top-p.
 
 Speculative acceleration: what vLLM expresses and what it does not
-- A member of a two-member composite drafting (`speculative_draft="m1"`, the default engine): CoS's
-  alternate-proposal framework (docs/algorithm.md §4.2) with the verifier's γ = 1, the paper's own setting
-  (alternate.py). The member drafts as the composite's own module (member_draft.py:
+- A member of the composite drafting (`speculative_draft="m1"`, the default engine): CoS's
+  alternate-proposal framework (docs/algorithm.md §4.2) with the verifiers' γ = 1, the paper's own setting
+  (alternate.py), for any n ≥ 2. The member drafts as the composite's own module (member_draft.py:
   its weights and paged KV cache resident once), keeping its raw logits of every draft; the verify pass
-  runs the verifier alone, r at each draft's position is formed from the verifier's row and the kept one,
-  and vLLM's rejection sampler verifies against r. After a fully accepted block the verifier's own
-  sample t ~ p_v is withheld and becomes the next round's first draft (q = p_v), fed to the drafter
+  runs the other members (the verifier group) alone, r at each draft's position is formed from their rows
+  and the kept one, and vLLM's rejection sampler verifies against r. After a fully accepted block the
+  group's own sample t ~ q_v (two members: the verifier's p_v; `Combination.proposal`) is withheld and
+  becomes the next round's first draft, verified with that q_v, fed to the drafter
   with the accepted tokens, so it costs no drafter pass. Exact (standard speculative sampling; greedy:
   the tokens of standard decoding). Used where vLLM samples plainly (no penalties, bad words, logit
   bias, min-p, min-tokens or structured output in the step: those steps verify with the whole

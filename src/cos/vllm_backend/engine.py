@@ -44,9 +44,9 @@ class VllmEngine:
 
     speculative_draft: None, a member name ("m1"), a member index (1) or a model folder. The draft
     proposes `num_speculative_tokens` (γ) tokens; vLLM's rejection sampler verifies them against r (the
-    composite's distribution) in one batched pass. A member of a two-member composite verifies with the
-    other member alone and withholds its sample as the next first draft (alternate.py; alternate_proposals=
-    False turns it off), otherwise the whole composite verifies and adds a bonus token from r. speculative_options
+    composite's distribution) in one batched pass. Where a member of the composite drafts, the other
+    members verify without it and withhold their own sample as the next first draft (alternate.py;
+    alternate_proposals=False turns it off), otherwise the whole composite verifies and adds a bonus token from r. speculative_options
     go into vLLM's speculative_config. Drafts under sampling: a member of the composite drafts from its
     own CoS-processed distribution by default (member_draft.py; {"draft_sample_method": "greedy"} takes
     its argmax instead); another draft folder takes its argmax (vLLM's default) unless
@@ -87,7 +87,7 @@ class VllmEngine:
                     check_table(speculative_by_batch, num_speculative_tokens)
             vllm_options.setdefault("per_request_spec_decode_metrics", "summary")  # -> Completion.spec
             vllm_options["hf_overrides"] = {**(vllm_options.get("hf_overrides") or {}), OPTION: bool(alternate_proposals)}
-            alternate = bool(alternate_proposals) and member_draft and len(self.spec.members) == 2
+            alternate = bool(alternate_proposals) and member_draft
             vllm_options["async_scheduling"] = scheduling(vllm_options.get("async_scheduling"), alternate)
         vllm_options.setdefault("max_logprobs", -1)
         vllm_options.setdefault("generation_config", "vllm")

@@ -15,7 +15,7 @@ Probabilistic drafts (`draft_sample_method: probabilistic`, VllmEngine's default
 come from the member's CoS-processed distribution, the q of the HF engine's Naive-CoS, rather than from
 vLLM's softmax of the raw logits: under sampling q is then close to r (WE: a term of it).
 
-In a two-member composite it also carries the alternate proposals (alternate.py): it keeps its raw
+It also carries the alternate proposals (alternate.py): it keeps its raw
 logits of every draft for r, feeds the verifier's withheld token in its first pass and proposes it first.
 
 Exact as before: drafts are only proposals, verified against r by vLLM's rejection sampler; greedy

@@ -67,12 +67,13 @@ class CosCollaborativeForCausalLM(nn.Module):
             raise NotImplementedError("CoS composite: inputs_embeds / pipeline parallelism are not supported")
         skip = self._drafter_left_out(input_ids.shape[0])
         hidden = [member(input_ids, positions) if i != skip else None for i, member in enumerate(self.members.values())]
-        if skip is not None:  # the drafter's columns, never read (compute_logits uses the verifier's alone)
-            hidden[skip] = hidden[1 - skip].new_zeros(input_ids.shape[0], self.hidden_sizes[skip])  # n × [T, H_i]
+        if skip is not None:  # the drafter's columns, never read (compute_logits uses the verifiers' alone)
+            ran = next(h for h in hidden if h is not None)
+            hidden[skip] = ran.new_zeros(input_ids.shape[0], self.hidden_sizes[skip])  # n × [T, H_i]
         return torch.cat(hidden, dim=-1)  # [T, ΣH]
 
     def _drafter_left_out(self, num_tokens: int) -> int | None:
-        """The drafting member's index when this step's pass runs the verifier alone (alternate.py): every
+        """The drafting member's index when this step's pass runs the verifiers alone (alternate.py): every
         request is a draft block whose drafter logits are kept, and vLLM samples plainly; else None."""
         state = self.alternate
         if state is None:
@@ -98,8 +99,10 @@ class CosCollaborativeForCausalLM(nn.Module):
                 self._runner_checked = True
         parts = torch.split(hidden_states, self.hidden_sizes, dim=-1)
         if self.alternate is not None and self.alternate.verifier_only:  # the sampler forms r (alternate.py)
-            v = 1 - self.alternate.draft_index
-            return list(self.members.values())[v].compute_logits(parts[v]).float()
+            skip = self.alternate.draft_index
+            self.alternate.verifier_logits = [member.compute_logits(h).float() for i, (member, h)
+                                              in enumerate(zip(self.members.values(), parts)) if i != skip]
+            return self.alternate.verifier_logits[0]  # what vLLM passes on to _sample, where r is formed
         logits = [member.compute_logits(h).float() for member, h in zip(self.members.values(), parts)]  # n × [R, V]
         params = self.row_params(hidden_states.shape[0])
         out = torch.empty_like(logits[0])

