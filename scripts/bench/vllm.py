@@ -100,7 +100,8 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, a
 
     path = "by-batch" if table else ("alternate" if alternate else "composite") if gamma else "standard"
     engine = VllmEngine(composite, speculative_draft="m1" if gamma else None, num_speculative_tokens=max(gamma, 1),
-                        speculative_by_batch=table, alternate_proposals=alternate, enforce_eager=True, dtype=args.dtype, max_model_len=512, seed=0)
+                        speculative_by_batch=table, alternate_proposals=alternate, enforce_eager=True, dtype=args.dtype,
+                        max_model_len=512, seed=0, **parallel(args.tensor_parallel_size))
     opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
     engine.generate(prompts(2, args.dataset, args.data_root), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
     rows = []
@@ -117,7 +118,7 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, a
         tokens = sum(len(o.token_ids) for o in outs)
         row = {"preset": args.preset, "dataset": args.dataset, "prompt_sets": args.prompt_sets,
                "exclude_prefill": args.exclude_prefill, "combination": kind,
-               "path": path, "batch": batch, "gamma": gamma,
+               "path": path, "batch": batch, "gamma": gamma, "tensor_parallel_size": args.tensor_parallel_size,
                "table": table, "temperature": args.temperature, "new_tokens": tokens, "seconds": round(seconds, 3),
                "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2),
                "kv_cache_tokens": kv_cache_tokens(engine)}
@@ -139,10 +140,23 @@ def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, a
     return rows
 
 
+def parallel(size: int) -> dict:
+    """vLLM options for `size` tensor-parallel ranks (on CPU, vLLM's multiprocess executor)."""
+    if size == 1:
+        return {}
+    from cos.vllm_backend.vllm_fixes import on_cpu
+
+    return {"tensor_parallel_size": size, **({"distributed_executor_backend": "mp"} if on_cpu() else {})}
+
+
+def counts_of(model) -> tuple[int, int]:
+    """Run in each worker (module level: a multiprocess executor pickles it)."""
+    return (model.alternate.rounds, model.alternate.withheld_tokens) if model.alternate is not None else (0, 0)
+
+
 def alternate_counts(engine) -> tuple[int, int]:
-    """(requests' verifier-only rounds, withheld tokens) of the engine so far (alternate.py)."""
-    return engine.llm.apply_model(lambda m: (m.alternate.rounds, m.alternate.withheld_tokens)
-                                  if m.alternate is not None else (0, 0))[0]
+    """(requests' verifier-only rounds, withheld tokens) of the engine so far (alternate.py), rank 0's."""
+    return engine.llm.apply_model(counts_of)[0]
 
 
 def kv_cache_tokens(engine) -> int:
@@ -217,6 +231,8 @@ def add_args(ap) -> None:
                     help="how a speculative engine verifies: the verifier alone with its sample withheld "
                          "(alternate, the default engine), the whole composite (composite), or both side by side")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--tensor-parallel-size", type=int, default=1,
+                    help="vLLM's tensor parallelism (on CPU with its multiprocess executor, one rank per core or so)")
     ap.add_argument("--json-out", type=Path, help="rows appended as they are produced")
 
 
@@ -245,7 +261,7 @@ def run(args) -> None:
             rows += run_case(path, kind, max(args.gammas), table, args, alternate=modes[0])
     print(f"\npreset {args.preset}, {args.dataset} prompts x {args.prompt_sets} sets, "
           f"{'decode only' if args.exclude_prefill else 'prefill included'}, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
-          f"dtype {args.dtype}, load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+          f"dtype {args.dtype}, TP {args.tensor_parallel_size}, load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
     print(f"{'comb':4} {'path':11} {'gamma':>5} {'batch':>5} {'tok/s':>8} {'speedup':>7} {'accept':>6} "

@@ -124,6 +124,15 @@ class CompositeSpec:
         return cls.from_config(AutoConfig.from_pretrained(str(root)), root)
 
 
+def check_pipeline_parallel(size) -> None:
+    """A composite runs its members side by side in one forward, which vLLM's pipeline stages would cut
+    (model.py refuses intermediate tensors): refuse pipeline_parallel_size > 1 before vLLM starts."""
+    if size is not None and int(size) > 1:
+        raise ValueError(f"pipeline_parallel_size={size}: a CoS composite runs its members side by side in one "
+                         f"forward, which pipeline stages would cut; use tensor_parallel_size to spread it over "
+                         f"devices (and distributed_executor_backend='ray' over machines)")
+
+
 def check_member_configs(configs: Sequence[tuple[str, PretrainedConfig]]) -> None:
     sizes = {name: c.vocab_size for name, c in configs}
     if len(set(sizes.values())) > 1:

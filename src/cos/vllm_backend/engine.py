@@ -13,7 +13,7 @@ from ..sampling import SamplingParams
 from ..stopping import as_stop_strings
 from ..tokens import encode_prompt
 from .alternate import OPTION, scheduling
-from .composite import CompositeSpec
+from .composite import CompositeSpec, check_pipeline_parallel
 from .gamma_by_batch import check_table
 from .memory import size_cpu_kv_cache
 from .patches import AT_ENGINE, check, own_shutdown
@@ -70,6 +70,7 @@ class VllmEngine:
 
         check(AT_ENGINE)  # what own_shutdown relies on, before vLLM starts
         self.spec = CompositeSpec.load(composite_dir)  # clear errors before vLLM starts
+        check_pipeline_parallel(vllm_options.get("pipeline_parallel_size"))
         self.draft_path = self._draft_path(speculative_draft) if speculative_draft is not None else None
         if speculative_by_batch is not None and self.draft_path is None:
             raise ValueError("speculative_by_batch needs a speculative_draft (the member that drafts)")

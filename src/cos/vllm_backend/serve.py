@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from .alternate import OPTION, scheduling
-from .composite import CompositeSpec
+from .composite import CompositeSpec, check_pipeline_parallel
 from .patches import alias_vllm_version
 from .vllm_fixes import flags_given, safe_serve_args
 
@@ -37,6 +37,7 @@ def serve_argv(argv: Sequence[str]) -> list[str]:
         raise SystemExit(f"{USAGE}\n(build a composite first: python scripts/build_composite.py)")
     spec = CompositeSpec.load(argv[0])  # a clear error before vLLM starts
     args = safe_serve_args(list(argv[1:]))
+    check_pipeline_parallel(_value(args, "--pipeline-parallel-size") or _value(args, "-pp"))
     if _value(args, "--generation-config") is None:
         args += ["--generation-config", "vllm"]
     if _alternate(spec, args) and "--no-async-scheduling" not in flags_given(args):
