@@ -138,3 +138,22 @@ def test_cd_chef_runs_as_alternate_proposals_and_equals_hf(overrides, loaded, me
         lambda m: None if m.alternate is None else m.alternate.rounds)[0] for key, engine in loaded.items()}
     assert verified_alone[True] > 0  # cd_chef's engine ran verifier-only rounds
     assert verified_alone.get(False, None) is None  # cd_sd's engine (an earlier test's) has no alternate state
+
+
+def test_three_members_run_alternate_proposals_and_equal_hf(overrides, loaded, member_dirs, hf_sides, tmp_path):
+    """we3_chef with γ [1, 1, 3] on vLLM: the third member drafts, the other two verify together without it
+    and withhold their own sample (alternate.py, n members). Greedy: backend=hf's tokens."""
+    chef = ["method=we3_chef", f"method.model={member_dirs['big']}",
+            f"method.extra_model=['{member_dirs['small']}','{member_dirs['close']}']", "method.combination=null",
+            "method.weights=[0.3,0.2,0.5]", "method.gamma=[1,1,3]", "dtype=float32", *overrides[8:]]  # = we3's
+    hf_out, out = tmp_path / "hf", tmp_path / "vllm"
+    assert dataset_main(composed(chef), hf_out) == 0
+    assert dataset_main(composed([*chef, *VLLM]), out, loaded=loaded) == 0
+    tokenizer, side = load_tokenizer(str(member_dirs["big"])), hf_sides["we3"]
+    want = {r["id"]: r["token_ids"] for r in lines(hf_out / "results.jsonl")}
+    for r in lines(out / "results.jsonl"):
+        ids = encode(tokenizer, r["prompt"], False, -1)
+        assert_greedy_equal(r["token_ids"], want[r["id"]], lambda j, got=r["token_ids"]: side.log_r(ids + got[:j], GREEDY)[-1])
+    rounds = [engine.llm.apply_model(lambda m: (len(m.members), m.alternate and m.alternate.rounds))[0]
+              for engine in loaded.values()]
+    assert any(n == 3 and verified for n, verified in rounds), rounds  # the group ran verifier-only rounds
