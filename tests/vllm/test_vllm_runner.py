@@ -120,19 +120,26 @@ def test_main_case_drafts_by_batch_size(overrides, loaded, tmp_path, capsys):
     assert case["drafted"] > 0
 
 
+def run_on_both_backends(overrides: list[str], loaded: dict, tokenizer_dir: Path, side, tmp_path: Path) -> Path:
+    """Run `overrides` on backend=hf, then on backend=vllm; each vLLM row's tokens equal hf's up to a
+    near-tie of r under `side` (the HF view of the same composite). Returns the vLLM results folder."""
+    hf_out, out = tmp_path / "hf", tmp_path / "vllm"
+    assert dataset_main(composed(overrides), hf_out) == 0
+    assert dataset_main(composed([*overrides, *VLLM]), out, loaded=loaded) == 0
+    tokenizer = load_tokenizer(str(tokenizer_dir))
+    want = {r["id"]: r["token_ids"] for r in lines(hf_out / "results.jsonl")}
+    for r in lines(out / "results.jsonl"):
+        ids = encode(tokenizer, r["prompt"], False, -1)
+        assert_greedy_equal(r["token_ids"], want[r["id"]], lambda j, got=r["token_ids"]: side.log_r(ids + got[:j], GREEDY)[-1])
+    return out
+
+
 def test_cd_chef_runs_as_alternate_proposals_and_equals_hf(overrides, loaded, member_dirs, hf_sides, tmp_path):
     """cd_chef with the paper's γ [1, 3] on vLLM: the amateur drafts, the expert verifies alone and its own
     sample is withheld (cos/vllm_backend/alternate.py), while cd_sd's engine verifies with the whole
     composite. Greedy: backend=hf's tokens."""
     chef = ["method=cd_chef", overrides[1], overrides[2], "method.gamma=[1,3]", *overrides[6:]]
-    hf_out, out = tmp_path / "hf", tmp_path / "vllm"
-    assert dataset_main(composed(chef), hf_out) == 0
-    assert dataset_main(composed([*chef, *VLLM]), out, loaded=loaded) == 0
-    tokenizer, side = load_tokenizer(str(member_dirs["small"])), hf_sides["cd2"]
-    want = {r["id"]: r["token_ids"] for r in lines(hf_out / "results.jsonl")}
-    for r in lines(out / "results.jsonl"):
-        ids = encode(tokenizer, r["prompt"], False, -1)
-        assert_greedy_equal(r["token_ids"], want[r["id"]], lambda j, got=r["token_ids"]: side.log_r(ids + got[:j], GREEDY)[-1])
+    out = run_on_both_backends(chef, loaded, member_dirs["small"], hf_sides["cd2"], tmp_path)
     assert json.loads((out / "summary.json").read_text())["method"] == "cd_chef"
     verified_alone = {json.loads(key[4]).get("alternate_proposals"): engine.llm.apply_model(
         lambda m: None if m.alternate is None else m.alternate.rounds)[0] for key, engine in loaded.items()}
@@ -146,14 +153,7 @@ def test_three_members_run_alternate_proposals_and_equal_hf(overrides, loaded, m
     chef = ["method=we3_chef", f"method.model={member_dirs['big']}",
             f"method.extra_model=['{member_dirs['small']}','{member_dirs['close']}']", "method.combination=null",
             "method.weights=[0.3,0.2,0.5]", "method.gamma=[1,1,3]", "dtype=float32", *overrides[8:]]  # = we3's
-    hf_out, out = tmp_path / "hf", tmp_path / "vllm"
-    assert dataset_main(composed(chef), hf_out) == 0
-    assert dataset_main(composed([*chef, *VLLM]), out, loaded=loaded) == 0
-    tokenizer, side = load_tokenizer(str(member_dirs["big"])), hf_sides["we3"]
-    want = {r["id"]: r["token_ids"] for r in lines(hf_out / "results.jsonl")}
-    for r in lines(out / "results.jsonl"):
-        ids = encode(tokenizer, r["prompt"], False, -1)
-        assert_greedy_equal(r["token_ids"], want[r["id"]], lambda j, got=r["token_ids"]: side.log_r(ids + got[:j], GREEDY)[-1])
+    run_on_both_backends(chef, loaded, member_dirs["big"], hf_sides["we3"], tmp_path)
     rounds = [engine.llm.apply_model(lambda m: (len(m.members), m.alternate and m.alternate.rounds))[0]
               for engine in loaded.values()]
     assert any(n == 3 and verified for n, verified in rounds), rounds  # the group ran verifier-only rounds
