@@ -25,14 +25,14 @@ class TableMember(Member):
         self.reset()
 
     def reset(self) -> None:
-        self.n_cached, self.stats = 0, MemberStats()
+        self.n_cached, self.tree_cached, self.stats = 0, 0, MemberStats()
 
     def prefill(self, prompt: torch.Tensor) -> None:
         self.reset()
         self.n_cached = prompt.shape[0] - 1
 
     def rollback(self, n: int) -> None:
-        self.n_cached = min(self.n_cached, n)
+        self.n_cached, self.tree_cached = min(self.n_cached, n), 0
 
     def logits_at(self, seq: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Logits [len(index), V] predicting seq position `index` from seq[: index]."""
@@ -45,3 +45,21 @@ class TableMember(Member):
         self.stats.tokens += length - self.n_cached
         self.n_cached = length
         return self.logits_at(seq, torch.arange(length - n + 1, length + 1))
+
+    def score_tree(self, seq: torch.Tensor, tree, root: bool) -> torch.Tensor:
+        """Member.score_tree's contract: the row after each node's path (and the root row when asked)."""
+        length = seq.shape[0]
+        first = 0 if root else self.tree_cached
+        if root:
+            self.rollback(length - 1)
+        assert root or self.n_cached == length, (self.n_cached, length)
+        prev = ([int(seq[-1])] if root else []) + tree.tokens[first:]
+        index = ([length] if root else []) + [length + d for d in tree.depths[first:]]
+        self.stats.calls += 1
+        self.stats.tokens += length - self.n_cached + len(tree) - first
+        self.n_cached, self.tree_cached = length, len(tree)
+        return self.by_token[torch.tensor(prev, dtype=torch.long)] + self.by_position[torch.tensor(index) % 3]
+
+    def accept_tree(self, path: list[int]) -> None:
+        self.n_cached += sum(1 for i in path if i < self.tree_cached)
+        self.tree_cached = 0

@@ -98,7 +98,7 @@ def responses(results: dict) -> list[str]:
 # ----------------------------------------------------------------- generate_until through lm-eval
 @pytest.mark.parametrize("method, extra", [
     ("cd", ""), ("cd_chef", ",gamma=1|4"), ("cd_sd", ",gamma=3"), ("we", ",lambda=0.4"), ("we_chef", ",lambda=0.4,gamma=3"),
-    ("we_sd", ",lambda=0.4,gamma=2,bonus=exact"),
+    ("we_sd", ",lambda=0.4,gamma=2,bonus=exact"), ("cd_chef", ",tree=8x2"), ("we_sd", ",lambda=0.4,bonus=exact,tree=6x3"),
 ])
 def test_every_method_gives_the_standard_greedy_outputs_and_their_score(task_dir, model_root, method, extra):
     folder, cd_outputs = task_dir

@@ -352,3 +352,17 @@ def test_vllm_composites_hold_the_methods_combination(overrides, tmp_path, monke
                               plan.combination.distribution(logits, params))
     saved = json.loads((folder / "generation_config.json").read_text())
     assert not {"temperature", "top_p", "top_k", "repetition_penalty", "do_sample"} & set(saved)
+
+
+def test_tree_runs_from_the_config_and_equals_its_standard_method(tmp_path, prompts):
+    """method.tree reaches the plan (schedule fixed by default), not the baseline; the greedy outputs equal
+    compare_with=standard's and the summary names the tree."""
+    cfg = composed(["method=cd_chef", "method.tree={nodes: 8, width: 2}", *prompts, *TINY, "compare_with=standard"])
+    engine = build_module.build_engine(cfg)
+    assert engine.plan.tree.nodes == 8 and engine.plan.schedule == "fixed"
+    assert baseline_spec(OmegaConf.to_container(cfg["method"], resolve=True), "standard").plan().tree is None
+    assert dataset_main(cfg, tmp_path / "out") == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["tree"] == "nodes 8 width 2" and summary["compare_with"]["identical"] == summary["prompts"]
+    with pytest.raises(ValueError, match="drafts no tree, so it would ignore method.tree"):
+        build_module.build_engine(composed(["method=cd", "method.tree=8x2", *TINY]))

@@ -23,9 +23,10 @@ from .member import Member
 from .methods.alternate import AlternateLoop
 from .methods.mixture import MixtureLoop
 from .methods.speculative import SpeculativeLoop
+from .methods.tree import TreeLoop
 from .methods.standard import standard_round
 from .methods.state import DecodeState
-from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, make_plan, method_info
+from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, make_plan, method_info, parse_tree
 from .presets import make_combination
 from .sampling import SamplingParams
 from .schedule import Schedule
@@ -45,7 +46,7 @@ class Generation:
 
 
 def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, proposer=None, bonus="none",
-                     draft_threshold=0.0, schedule=None, **combination_kwargs) -> Plan:
+                     draft_threshold=0.0, schedule=None, tree=None, **combination_kwargs) -> Plan:
     """make_plan with the combination the method's family implies (plan.FAMILIES: we_*, cd_*) or given explicitly."""
     family = method_info(method).family
     if family.one_model and (combination is not None or combination_kwargs):
@@ -56,7 +57,7 @@ def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, pro
         combination = make_combination(family.preset, n_members, **combination_kwargs)
     elif isinstance(combination, str):
         combination = make_combination(combination, n_members, **combination_kwargs)
-    return make_plan(method, n_members, combination, gamma, proposer, bonus, draft_threshold, schedule)
+    return make_plan(method, n_members, combination, gamma, proposer, bonus, draft_threshold, schedule, tree)
 
 
 # plan.loop -> a request's round function (one call: one round; methods/), from its state, plan and schedule
@@ -71,6 +72,8 @@ ROUNDS = {
                                                         plan.draft_threshold).round,
     "sd": lambda st, plan, schedule: SpeculativeLoop(st, None, schedule, plan.bonus, plan.draft_threshold).round,
 }
+TREE_MODES = {"sd": lambda plan: "sd", "naive": lambda plan: "exact" if plan.bonus == "exact" else "naive",
+              "cos": lambda plan: "cos"}  # plan.loop -> methods/tree.py's mode, where plan.tree is set
 
 
 class Engine:
@@ -88,7 +91,8 @@ class Engine:
         self.tokenizer = tokenizer
         self.device = self.members[0].device  # where r is computed and tokens are drawn
         positions = [m.max_positions for m in members if m.max_positions]
-        slack = max(self.plan.gammas) + 2  # drafts and a bonus may run past the last emitted token
+        # drafts (a tree's nodes) and a bonus may run past the last emitted token
+        slack = max(self.plan.gammas + ([self.plan.tree.nodes] if self.plan.tree else [])) + 2
         positions += [m.capacity - slack for m in members if is_static(getattr(m, "cache", None))]  # fixed buffers
         self.context_window = min(positions) if positions else None
         self.row_invariance = next((f"{m.name}: {m.row_invariance}" for m in self.members if m.row_invariance), None)
@@ -117,8 +121,8 @@ class Engine:
         """
         if isinstance(paths, str):
             raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
-        if LOOPS.get(method, "standard") not in DRAFTLESS:
-            method_kwargs.setdefault("schedule", "adaptive")
+        if LOOPS.get(method, "standard") not in DRAFTLESS:  # trees are sized by the plan (schedule fixed)
+            method_kwargs.setdefault("schedule", "fixed" if parse_tree(method_kwargs.get("tree")) else "adaptive")
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
         paths = [check_model_path(p) for p in paths]
         devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
@@ -203,10 +207,14 @@ class Engine:
         stats = GenerationStats(method=plan.method, gamma=plan.gammas, proposer=plan.proposer,
                                 bonus=plan.bonus if plan.loop == "naive" else "", draft_threshold=plan.draft_threshold,
                                 schedule=self.schedule.kind if self.schedule else "",
+                                tree=f"nodes {plan.tree.nodes} width {plan.tree.width}" if plan.tree else "",
                                 weights=list(plan.combination.weights) if plan.loop in MIXTURES else [])
         st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
         if self.schedule is not None:
             self.schedule.start()
+        if plan.tree is not None:
+            proposer = None if plan.loop == "sd" else plan.proposer  # sd: the draft model, outside the combination
+            return st, TreeLoop(st, proposer, plan.tree, TREE_MODES[plan.loop](plan)).round
         return st, ROUNDS[plan.loop](st, plan, self.schedule)
 
     def _finish(self, st: DecodeState, seconds: float) -> Generation:

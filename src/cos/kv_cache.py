@@ -150,3 +150,23 @@ def empty(cache) -> None:
         truncate(cache, 1, 0)
     else:
         cache.reset()
+
+
+def compact(cache, start: int, slots: list[int], length: int) -> None:
+    """Keep positions 0..start-1 and then the given slots (absolute, increasing, each >= start) of a
+    cache holding `length` positions: slot slots[j] moves to start + j (a draft tree's accepted path laid
+    out as a chain, tree.py); everything after is dropped."""
+    keep = start + len(slots)
+    if slots != list(range(start, keep)):
+        index = torch.tensor(slots)
+        for layer in cache.layers:
+            if not layer.is_initialized:
+                continue
+            if isinstance(layer, PreallocatedLayer):
+                buffers = (layer._k, layer._v)
+            else:  # transformers' own layers: static (fixed buffers) or dynamic (the valid prefix)
+                buffers = (layer.keys, layer.values)
+            for b in buffers:
+                b[:, :, start:keep] = b[:, :, index.to(b.device)]
+    if keep < length:
+        truncate(cache, length, keep)

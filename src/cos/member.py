@@ -6,6 +6,11 @@ next one, feeding every token from its first invalid position (catch-up, pending
 `rollback(n)` drops everything past n tokens. Invariant (tested): after any sequence of scores and
 rollbacks, the returned logits equal a fresh forward over the same tokens.
 
+Draft trees (tree.py): `score_tree(seq, tree, root)` lays the tree's nodes out after seq in the cache and
+returns their logits (each node sees seq and its ancestors), `accept_tree(path)` compacts the accepted
+path into place. The invariant extends: after a tree verify and compaction, logits equal a fresh
+forward over the accepted path.
+
 The runtime around each forward: a preallocated KV cache (kv_cache.py; a rollback moves a length),
 the CPU thread policy (threads.py, shared by the members of an engine), and `costs`, the moving-average
 seconds per forward by tokens fed, which the adaptive schedule (schedule.py) reads. `costs` outlives a
@@ -21,9 +26,10 @@ import torch
 from transformers import PreTrainedModel
 
 from .kernels import MAX_ROWS, row_invariance
-from .kv_cache import empty, is_preallocated, is_static, make_cache, truncate
+from .kv_cache import compact, empty, is_preallocated, is_static, make_cache, truncate
 from .costs import CallCosts
 from .threads import ThreadPolicy
+from .tree import DraftTree, attention_inputs
 
 
 @dataclass
@@ -90,6 +96,7 @@ class Member:
         else:
             self.cache = make_cache(self.model.config, kind="dynamic")
         self.n_cached = 0
+        self.tree_cached = 0  # draft-tree nodes held after the n_cached positions (score_tree)
         self.stats = MemberStats()
 
     @torch.inference_mode()
@@ -106,7 +113,8 @@ class Member:
             self.n_cached = prompt.shape[0] - 1
 
     def rollback(self, n: int) -> None:
-        """Keep only the first n cached positions (a no-op if fewer are cached)."""
+        """Keep only the first n cached positions (a no-op if fewer are cached); drops any tree nodes."""
+        self._drop_tree()
         if n < self.n_cached:
             truncate(self.cache, self.n_cached, n)
             self.n_cached = n
@@ -133,6 +141,66 @@ class Member:
         self.n_cached = length
         return logits
 
+    def _drop_tree(self) -> None:
+        if self.tree_cached:
+            truncate(self.cache, self.n_cached + self.tree_cached, self.n_cached)
+            self.tree_cached = 0
+
+    @torch.inference_mode()
+    def score_tree(self, seq: torch.Tensor, tree: DraftTree, root: bool) -> torch.Tensor:
+        """Logits at the tree's nodes laid out after seq [L] (row for node i: the distribution after its path).
+
+        root=True: [1 + N, V], the first row at seq's last position (the root, predicting the first level),
+        the tree fed whole (after rolling back so that seq's last token is fed again). root=False: the
+        cache must hold all of seq and the tree's first `tree_cached` nodes (an earlier call with a smaller
+        tree, the same nodes): only the new nodes are fed, [N - tree_cached, V].
+        """
+        length = seq.shape[0]
+        if root:
+            self.rollback(length - 1)
+            first = 0
+        else:
+            assert self.n_cached == length and self.tree_cached <= len(tree), (self.n_cached, length)
+            first = self.tree_cached
+            if first == len(tree):
+                return torch.empty(0, self.vocab_size, device=self.device)
+        chain = seq[self.n_cached:]
+        wanted = len(tree) - first + int(root)  # rows returned
+        if chain.shape[0] > 1 and self.row_invariance is None and chain.shape[0] + len(tree) - first > MAX_ROWS:
+            self._feed_decoder(chain[:-1])  # a long catch-up: through the decoder first, in kernel-sized pieces
+            self.n_cached += chain.shape[0] - 1
+            chain = chain[-1:]
+        fed = torch.cat([chain, torch.tensor(tree.tokens[first:], dtype=seq.dtype)]).to(self.device)
+        start = self.n_cached + self.tree_cached
+        keys = self.capacity if is_static(self.cache) else start + fed.shape[0]
+        mask, positions = attention_inputs(tree, length, self.n_cached, first, keys, self.device)
+        threads = self.threads.choose((self.name,))
+        clock = self._clock()
+        logits = self.model(input_ids=fed[None], past_key_values=self.cache, use_cache=True, attention_mask=mask,
+                            position_ids=positions, logits_to_keep=wanted).logits[0]
+        seconds = self._stop_clock(clock, fed.shape[0])
+        if seconds is not None:
+            self.threads.observe((self.name,), threads, seconds)
+            self.costs.observe(fed.shape[0], seconds)
+        self.n_cached, self.tree_cached = length, len(tree)
+        return logits
+
+    @torch.inference_mode()
+    def accept_tree(self, path: list[int]) -> None:
+        """Keep the accepted path's nodes that this member has cached (a prefix of `path`, root first) as
+        the positions after the committed ones; drop the rest of the tree."""
+        held = [i for i in path if i < self.tree_cached]
+        assert held == path[: len(held)], (path, self.tree_cached)
+        compact(self.cache, self.n_cached, [self.n_cached + i for i in held], self.n_cached + self.tree_cached)
+        self.n_cached += len(held)
+        self.tree_cached = 0
+
+    def _feed_decoder(self, tokens: torch.Tensor) -> None:
+        """Cache `tokens` through the decoder alone (no LM head), in pieces of MAX_ROWS."""
+        for begin in range(0, tokens.shape[0], MAX_ROWS):
+            piece = tokens[begin : begin + MAX_ROWS][None].to(self.device)
+            self.model.get_decoder()(input_ids=piece, past_key_values=self.cache, use_cache=True)
+
     def _forward(self, fed: torch.Tensor, n: int) -> torch.Tensor:
         """Logits [n, V] at the last n of the `fed` tokens, after the cache. A row-invariant member is fed
         more than MAX_ROWS tokens in pieces of MAX_ROWS (the pieces before the last n rows through the
@@ -147,7 +215,7 @@ class Member:
             piece = fed[begin : begin + MAX_ROWS][None]
             wanted = min(piece.shape[1], begin + piece.shape[1] - (fed.shape[0] - n))  # rows among the last n
             if wanted <= 0:
-                self.model.get_decoder()(input_ids=piece, past_key_values=self.cache, use_cache=True)
+                self._feed_decoder(piece[0])
             else:
                 pieces.append(self.model(input_ids=piece, past_key_values=self.cache, use_cache=True,
                                          logits_to_keep=wanted).logits[0])

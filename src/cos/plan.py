@@ -28,12 +28,14 @@ Anything else is refused before any model work, naming the method that applies.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .combination import Combination, Contrastive, Single, WeightedEnsemble
 from .sampling import SamplingParams
 from .schedule import SCHEDULES
+from .tree_draft import TreeShape
 
 
 
@@ -106,6 +108,7 @@ REGISTRY = {name: Method(name, loop, FAMILIES[family]) for name, loop, family in
 )}
 LOOPS = {name: m.loop for name, m in REGISTRY.items()}  # method -> loop
 BONUS_MODES = ("none", "exact")
+TREE_LOOPS = ("sd", "naive", "cos")  # the loops that can draft a tree (methods/tree.py)
 DRAFTLESS = tuple(loop for loop, kind in LOOP_KINDS.items() if not kind.drafts)  # ("standard", "mix")
 MIXTURES = tuple(loop for loop, kind in LOOP_KINDS.items() if kind.mixture)  # ("mix", "mix_sd")
 
@@ -137,9 +140,11 @@ class Plan:
     bonus: str = "none"
     draft_threshold: float = 0.0  # > 0: a draft ends after a token its proposer gave less (proposer.py)
     schedule: str | None = None  # fixed | adaptive (schedule.py); None: fixed (standard methods: n/a)
+    tree: TreeShape | None = None  # draft trees (tree_draft.py) for sd, *_sd, *_chef; None: chains
 
     def __post_init__(self) -> None:
         method_info(self.method)
+        self.tree = parse_tree(self.tree)
         if self.bonus not in BONUS_MODES:
             raise ValueError(f"unknown bonus mode {self.bonus!r}: use one of {', '.join(BONUS_MODES)}")
         expected = 2 if self.loop == "sd" else self.combination.n_members
@@ -181,6 +186,22 @@ class Plan:
                              f"{self.combination.describe()} is not one: use {applies}, which verifies against any r")
         if self.loop == "sd" and self.proposer not in (None, 1):
             raise ValueError("method sd: the proposer is the draft model (member 1)")
+        if self.tree is not None:
+            self._check_tree()
+
+    def _check_tree(self) -> None:
+        if self.loop not in TREE_LOOPS:
+            with_trees = ", ".join(n for n, m in REGISTRY.items() if m.loop in TREE_LOOPS)
+            raise ValueError(f"method {self.method} drafts no tree: tree applies to {with_trees}; remove it")
+        if self.schedule == "adaptive":
+            raise ValueError("tree: the adaptive schedule chooses chain lengths and does not size trees yet: "
+                             "use schedule=fixed with a tree, or tree=none with schedule=adaptive")
+        if self.draft_threshold:
+            raise ValueError("tree: draft_threshold ends chains early and does not apply to trees: unset it (0)")
+        if self.loop == "cos" and not isinstance(self.gamma, int) and sorted(self.gamma)[-2] > 1:
+            raise ValueError(f"tree with {self.method}: only the default proposer drafts a tree (the others "
+                             f"propose one token each, alternately); gamma {self.gamma} gives another member "
+                             f"more than 1: give one int, or 1 for every member but the proposer")
 
     def resolve(self, member_sizes: Sequence[int]) -> "Plan":
         """Fix the default proposer once member sizes are known (parameter counts, config order)."""
@@ -209,6 +230,22 @@ class Plan:
                              f"member gives: use we_chef (exact for greedy decoding too), or a temperature > 0")
 
 
+def parse_tree(tree) -> TreeShape | None:
+    """`tree` as users give it: None / "none" (chains, the paper's), a mapping {nodes: N, width: W}, "NxW"
+    (the same in one word), or a TreeShape."""
+    if tree is None or isinstance(tree, TreeShape):
+        return tree
+    if isinstance(tree, str) and tree.lower() == "none":
+        return None
+    if isinstance(tree, str) and re.fullmatch(r"\d+x\d+", tree.strip()):  # "15x4": the one-word form (lm-eval)
+        nodes, width = tree.strip().split("x")
+        return TreeShape(int(nodes), int(width))
+    if hasattr(tree, "keys") and set(tree.keys()) == {"nodes", "width"}:
+        return TreeShape(tree["nodes"], tree["width"])
+    raise ValueError(f"tree must be none, {{nodes: N, width: W}} or NxW (at most W nodes per level, N in total), "
+                     f"got {tree!r}")
+
+
 def make_plan(
     method: str,
     n_members: int,
@@ -218,6 +255,7 @@ def make_plan(
     bonus: str = "none",
     draft_threshold: float = 0.0,
     schedule: str | None = None,
+    tree=None,
 ) -> Plan:
     """Validate a method configuration. Collaborative methods need a combination.
 
@@ -234,4 +272,4 @@ def make_plan(
     elif isinstance(gamma, bool) or not isinstance(gamma, int):
         raise ValueError(f"gamma must be an int >= 1 (or a list of them, one per member), got {gamma!r} "
                          f"({type(gamma).__name__})")
-    return Plan(method, info.loop, combination, n_members, gamma, proposer, bonus, draft_threshold, schedule)
+    return Plan(method, info.loop, combination, n_members, gamma, proposer, bonus, draft_threshold, schedule, tree)

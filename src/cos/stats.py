@@ -39,6 +39,7 @@ class GenerationStats:
     draft_threshold: float = 0.0  # > 0: drafts of varying length (no closed-form prediction)
     stop_reason: str = ""
     schedule: str = ""  # fixed | adaptive ("" for standard methods)
+    tree: str = ""  # the draft tree's shape, "nodes N width W" ("" for chains)
     standard_rounds: int = 0  # rounds the adaptive schedule ran without drafting
     draft_lengths: dict[int, int] = field(default_factory=dict)  # draft length chosen -> rounds
     threads: dict[str, int] = field(default_factory=dict)  # CPU threads chosen per kind of call (threads.py)
@@ -88,12 +89,15 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
     (Thm 3.1 for n = 2), with the bonus round of Leviathan when `bonus == "exact"`. cos, n = 2:
     (1-α^γq)(1+c) / ((1-α)(1+cγq - α^γp c)) (Thm 3.6). Otherwise None: no closed form is claimed
     (n >= 3 members under cos, drafts cut by a confidence threshold, an adaptive schedule that
-    chose other lengths than γ: γ is then not fixed, or no per-member costs measured: the vLLM backend). mix, mix_sd: cos/mixture.py's cost model (ME:
+    chose other lengths than γ: γ is then not fixed, draft trees, or no per-member costs measured: the vLLM
+    backend). mix, mix_sd: cos/mixture.py's cost model (ME:
     Σ t_i / Σ w_i t_i; the hybrid: m = γ foreign positions per round under `fixed`, else the best m).
     """
     alpha = stats.acceptance_rate
     if loop == "standard":
         return 1.0
+    if stats.tree:  # the chain formulas do not hold for trees
+        return None
     if loop in MIXTURES:
         t = [m.seconds_per_call for m in stats.members]
         gamma = stats.gamma[stats.proposer] if loop == "mix_sd" else 1

@@ -53,6 +53,9 @@ def check_vllm_method(spec: "MethodSpec", schedule: str | None, role: str = "met
         raise ValueError(f"{head} with bonus={kw.get('bonus')!r}: vLLM's rejection sampler always draws the "
                          f"bonus token from r (Naive-CoS with the exact bonus): set method.bonus=exact, or use "
                          f"backend=hf")
+    if kw.get("tree") not in (None, "none"):
+        raise ValueError(f"{head}: draft trees run on backend=hf only (vLLM drafts chains): set method.tree=none, "
+                         f"or use backend=hf")
     if kw.get("draft_threshold"):
         raise ValueError(f"{head}: vLLM drafts a fixed γ, so method.draft_threshold does not apply on "
                          f"backend=vllm: unset it, or use backend=hf")

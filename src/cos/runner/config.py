@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..engine import plan_from_kwargs
-from ..plan import DRAFTLESS, FAMILIES, REGISTRY, Plan, ignored_bonus
+from ..plan import DRAFTLESS, FAMILIES, REGISTRY, TREE_LOOPS, Plan, ignored_bonus, parse_tree
 from ..sampling import SamplingParams
 from .backend import check_backend, check_vllm_method, check_vllm_runtime
 from .schema import check_keys
@@ -130,11 +130,16 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
                 "bonus": m.get("bonus", "none") if loop == "naive" else "none"}
     if m.get("draft_threshold") is not None:
         kw["draft_threshold"] = m["draft_threshold"]  # checked by the plan (a probability in [0, 1))
-    kw["schedule"] = m.get("schedule") or "adaptive"  # checked by the plan (fixed | adaptive)
-    if loop in DRAFTLESS:  # nothing is drafted: a speculative method's gamma, threshold, schedule do not apply
+    tree = m.get("tree")
+    if tree is not None:
+        kw["tree"] = dict(tree) if isinstance(tree, Mapping) else tree  # checked by the plan
+    # checked by the plan (fixed | adaptive); trees are sized by method.tree, so their default is fixed
+    kw["schedule"] = m.get("schedule") or ("fixed" if parse_tree(kw.get("tree")) else "adaptive")
+    if loop in DRAFTLESS:  # nothing is drafted: a speculative method's gamma, threshold, schedule, tree do not apply
         kw["gamma"] = 1
         kw.pop("draft_threshold", None)
         kw.pop("schedule")
+        kw.pop("tree", None)
     if loop in ("naive", "cos", "mix_sd") and m.get("proposer") is not None:
         kw["proposer"] = _int("method.proposer", m["proposer"], 0)
     combination = m.get("combination")
@@ -187,6 +192,9 @@ def refuse_ignored(m: Mapping) -> None:
     if info is not None and info.loop in DRAFTLESS and m.get("draft_threshold") is not None:
         raise ValueError(f"method {name} drafts nothing, so it would ignore method.draft_threshold: it applies to "
                          f"sd, *_sd and *_chef; unset it (method.draft_threshold=null)")
+    if info is not None and info.loop not in TREE_LOOPS and parse_tree(m.get("tree")) is not None:
+        raise ValueError(f"method {name} drafts no tree, so it would ignore method.tree: it applies to sd, *_sd "
+                         f"and *_chef; unset it (method.tree=none)")
     if ignored_bonus(name, m.get("bonus", "none")):
         raise ValueError(f"{ignored_bonus(name, m['bonus'])}: set method.bonus=none")
     # (method.proposer on a standard method is not refused: the reproduction grids set it on every cell,

@@ -25,7 +25,7 @@ def record_stats(generation, seconds_e2e: float) -> dict:
         "mean_acceptance_length": s["mean_acceptance_length"], "cost_ratio": s["cost_ratio"],
         "predicted_speedup": s["predicted_speedup"], "stop_reason": s["stop_reason"],
         "gamma": s["gamma"], "proposer": s["proposer"], "bonus": s["bonus"], "draft_threshold": s["draft_threshold"],
-        "schedule": s["schedule"], "weights": s["weights"], "members": s["members"],
+        "schedule": s["schedule"], "tree": s["tree"], "weights": s["weights"], "members": s["members"],
         "row_invariance": s["row_invariance"],
     }
 
@@ -44,7 +44,7 @@ def total_stats(records: list[dict], method: str) -> GenerationStats:
                            drafted=sum(r["drafted"] for r in records), accepted=sum(r["accepted"] for r in records),
                            gamma=first["gamma"], proposer=first["proposer"], bonus=first["bonus"],
                            draft_threshold=first.get("draft_threshold", 0.0), schedule=first.get("schedule", ""),
-                           weights=first.get("weights", []), members=members)
+                           tree=first.get("tree", ""), weights=first.get("weights", []), members=members)
 
 
 def summarize(records: list[dict], *, method: str, quality: dict, selected: int, info: dict) -> dict:
@@ -72,6 +72,7 @@ def summarize(records: list[dict], *, method: str, quality: dict, selected: int,
         "proposer": totals.proposer if LOOPS[method] != "standard" else None,
         "bonus": totals.bonus,
         "draft_threshold": totals.draft_threshold,
+        "tree": totals.tree,
         "predicted_speedup": predicted,
         "measured_speedup": None,
         "measured_over_predicted": None,

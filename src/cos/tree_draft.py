@@ -1,0 +1,130 @@
+"""A proposer drafts a token tree level by level (docs/algorithm.md §4.6): one forward per level.
+
+`TreeShape(nodes, width)`: at most `width` nodes per level, `ceil(nodes / width)` levels. Each level
+costs the proposer one forward over its nodes (a few rows cost about one step with the row kernels),
+so a tree of depth D costs what a chain of D drafts costs and offers `width` candidates per position.
+
+Which nodes get children, and how many, is chosen from the proposer's own path probabilities (the
+product of its probabilities along a node's path, EAGLE-2's score):
+- greedy: every node of a level proposes its top-`width` tokens; the `width` best by path score are kept
+  (the verdict is argmax r, so any tree is exact);
+- sampling: the level's `width` draws are shared among the best nodes in proportion to their path
+  probability BEFORE anything is drawn, then each node draws its share i.i.d. from its own q. A token
+  drawn twice under one node is one node of the tree and two trials (acceptance_tree.py): the siblings
+  are independent draws from q given everything before them, which is what multi-round speculative
+  sampling needs to be exact. Choices that depend on the values of the nodes' own children (keeping the
+  likeliest draws, dropping duplicates) would break it, so none is made.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .member import Member
+from .sampling import SamplingParams, pick, to_probs
+from .tree import ROOT, DraftTree
+
+MAX_NODES = 15  # a tree verify feeds the root token and the nodes: 16 rows, what the row kernels cover
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    nodes: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"tree nodes must be an int in 1..{MAX_NODES} (a verify pass feeds the root token and "
+                             f"the nodes, at most 16 rows), got {self.nodes!r}")
+        if isinstance(self.width, bool) or not isinstance(self.width, int) or not 1 <= self.width <= self.nodes:
+            raise ValueError(f"tree width must be an int in 1..nodes ({self.nodes}), got {self.width!r}")
+
+    @property
+    def depth(self) -> int:
+        return math.ceil(self.nodes / self.width)
+
+    def level_size(self, level: int) -> int:
+        """Nodes at level `level` (0-based): `width`, the last level what the budget leaves."""
+        return min(self.width, self.nodes - level * self.width)
+
+
+@dataclass
+class TreeDraft:
+    tree: DraftTree
+    trials: list[list[tuple[int, int]]]  # per slot (0: root, i + 1: node i): (child node, q row), in order
+    q: torch.Tensor | None  # [R, V] the distributions the trials were drawn from (None if greedy)
+    logits: list[torch.Tensor | None] = field(default_factory=list)  # per slot: the proposer's raw logits there
+
+
+def _shares(weights: list[float], total: int) -> list[int]:
+    """`total` split in proportion to `weights` (largest remainders; ties to the earlier)."""
+    mass = sum(weights)
+    exact = [total * w / mass for w in weights]
+    shares = [int(math.floor(x)) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: (-(exact[i] - shares[i]), i))[: total - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+def propose_tree(member: Member, seq: torch.Tensor, shape: TreeShape, params: SamplingParams,
+                 generator: torch.Generator | None, root_logits: torch.Tensor | None = None) -> TreeDraft:
+    """Draft a tree after seq [L]. root_logits: the member's logits at seq's last position when the caller
+    already has them (its cache then holds all of seq); else one forward computes them."""
+    if root_logits is None:
+        root_logits = member.score(seq, 1)[0]
+    root_logits = root_logits.to(seq.device)
+    tree, trials, q_rows = DraftTree(), [[]], []
+    logits: list[torch.Tensor | None] = [root_logits]
+    score = {ROOT: 0.0}  # log of the proposer's probability of each node's path
+    frontier = [ROOT]
+    for level in range(shape.depth):
+        size = shape.level_size(level)
+        frontier = sorted(frontier, key=lambda f: -score[f])[:size]
+        first = len(tree)
+        if params.greedy:
+            _children_greedy(tree, trials, logits, score, frontier, size)
+        else:
+            _children_sampled(tree, trials, logits, score, frontier, size, q_rows, params, generator)
+        new = list(range(first, len(tree)))
+        if level + 1 < shape.depth:  # the last level's nodes are leaves: the proposer never feeds them
+            rows = member.score_tree(seq, tree, root=False).to(seq.device)
+            logits.extend(rows[j] for j in range(len(new)))
+        else:
+            logits.extend(None for _ in new)
+        frontier = new
+    return TreeDraft(tree, trials, torch.stack(q_rows) if q_rows else None, logits)
+
+
+def _children_greedy(tree, trials, logits, score, frontier, size) -> None:
+    """Each frontier node's top-`size` tokens; keep the `size` best by path score."""
+    candidates = []
+    for f in frontier:
+        logp = logits[f + 1].float().log_softmax(-1)
+        top = logp.topk(size)
+        candidates += [(score[f] + float(v), f, int(t)) for v, t in zip(top.values, top.indices)]
+    for s, f, token in sorted(candidates, key=lambda c: -c[0])[:size]:
+        node = tree.add(token, f)
+        trials[f + 1].append((node, -1))
+        trials.append([])
+        score[node] = s
+
+
+def _children_sampled(tree, trials, logits, score, frontier, size, q_rows, params, generator) -> None:
+    """`size` i.i.d. draws shared among the frontier by path probability, fixed before any draw."""
+    best = max(score[f] for f in frontier)
+    for f, share in zip(frontier, _shares([math.exp(score[f] - best) for f in frontier], size)):
+        if share == 0:
+            continue
+        q = to_probs(logits[f + 1], params)
+        q_rows.append(q)
+        for _ in range(share):
+            token = int(pick(q, False, generator))
+            node = tree.child(f, token)
+            if node is None:
+                node = tree.add(token, f)
+                trials.append([])
+                score[node] = score[f] + math.log(max(float(q[token]), 1e-30))
+            trials[f + 1].append((node, len(q_rows) - 1))

@@ -1,0 +1,57 @@
+"""Sampling exactness of the tree methods, Monte Carlo (the bound and the enumeration of
+test_sampling_exact.py): the first 3 emitted tokens of sd, Naive-CoS (both bonus modes) and CoS with n =
+2 and 3, drafting trees whose siblings are i.i.d. draws (duplicates included), are distributed as
+token-by-token sampling from r. The negative control (a rejected sibling's successor tried against r
+instead of the updated residual) must exceed the same bound."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+from cos import Engine, SamplingParams, make_combination, make_plan
+from cos import acceptance_tree
+from table_member import TableMember
+from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
+
+CASES = {  # method, members, bonus, tree
+    "sd_w2": ("sd", 2, "none", {"nodes": 4, "width": 2}),
+    "naive_none_w3": ("we_sd", 2, "none", {"nodes": 6, "width": 3}),
+    "naive_exact_w2": ("we_sd", 2, "exact", {"nodes": 4, "width": 2}),
+    "cd_naive_exact_w2": ("cd_sd", 2, "exact", {"nodes": 5, "width": 2}),
+    "cos_2_w2": ("we_chef", 2, "none", {"nodes": 4, "width": 2}),
+    "cd_cos_2_w3": ("cd_chef", 2, "none", {"nodes": 3, "width": 3}),
+    "cos_3_w2": ("we_chef", 3, "none", {"nodes": 4, "width": 2}),
+}
+
+
+def build(case: str):
+    method, n, bonus, tree = CASES[case]
+    members = [TableMember(seed=10 + i, vocab=VOCAB, scale=1.0, name=f"m{i}") for i in range(n)]
+    if method == "sd":
+        combination = None
+    elif method.startswith("cd"):
+        combination = make_combination("cd", n, alpha=0.5)
+    else:
+        combination = make_combination("we", n, weights=[0.6, 0.4] if n == 2 else [0.5, 0.3, 0.2])
+    plan = make_plan(method, n, combination, 2, None, bonus, tree=tree)
+    engine = Engine(members, plan)
+    in_r = members[:1] if method == "sd" else members
+    return engine, exact_distribution(in_r, plan.combination, SamplingParams(1.0))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_tree_emitted_distribution_is_r(case):
+    engine, exact = build(case)
+    distance = l1_distance(engine, exact, 1.0)
+    assert distance < THRESHOLD, f"{case}: L1 {distance:.4f} >= {THRESHOLD:.4f}"
+    assert engine.last.stats.drafted > 0
+
+
+@pytest.mark.parametrize("case", ["naive_none_w3", "cos_2_w2"])
+def test_tree_negative_control_is_rejected(case, monkeypatch):
+    monkeypatch.setattr(acceptance_tree, "residual_distribution", lambda r, q: r)
+    engine, exact = build(case)
+    distance = l1_distance(engine, exact, 1.0)
+    assert distance >= THRESHOLD, f"the test cannot tell a sibling tried against r apart (L1 {distance:.4f})"
