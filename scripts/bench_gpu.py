@@ -11,6 +11,8 @@ It measures:
      (static cache + torch.compile mode="reduce-overhead", i.e. CUDA graphs); compile time apart;
   2. c = small step / large step, eager and captured, beside the weight-bytes ratio;
   3. tokens/s of large_model, cd, we at batch 1 (eager and captured, greedy, 64 tokens);
+  5. (below 4 in the output) seconds of one draft-tree verify (root + 15, 31, 63 nodes, eager) beside the
+     one-token step of 1.: what a tree costs there (docs/algorithm.md §4.6);
   4. seconds per round of cd_sd (γ 5), cd_chef and we_chef ([1, 5]) in forced regimes: r = the
      proposer's own distribution (realignment λ = 1: everything accepted) and r = the large member's
      (λ = 0: random members, nothing accepted); the round costs the same either way, so the speedup
@@ -33,6 +35,7 @@ from cos import Engine, make_combination, make_plan
 from cos.member import Member
 from cos.plan import REGISTRY
 from cos.schedule import expected_tokens
+from cos.tree import ROOT, DraftTree
 
 CONFIGS = {  # the real architectures (hidden, intermediate, layers, heads, kv heads, vocab, tied head)
     "qwen2.5-0.5b": (Qwen2Config, dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -84,6 +87,24 @@ def seconds_per_call(member: Member, q: int, device: str, repeats: int) -> float
     return statistics.median(times[2:])
 
 
+def tree_seconds(member: Member, nodes: int, device: str, repeats: int) -> float:
+    """Median seconds of one tree verify (Member.score_tree: the root token + `nodes` nodes, 4 per level)
+    after CONTEXT cached tokens: what a draft tree's verify pass costs beside a one-token step."""
+    seq = torch.randint(0, 1000, (CONTEXT,), device=device)
+    tree = DraftTree()
+    for i in range(nodes):
+        tree.add(i + 7, ROOT if i < 4 else i - 4)
+    member.prefill(seq)
+    times = []
+    for _ in range(repeats + 2):
+        sync(device)
+        t = time.perf_counter()
+        member.score_tree(seq, tree, root=True)
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times[2:])
+
+
 def tokens_per_second(members, method: str, device: str, n_tokens: int, **plan_kwargs) -> tuple[float, object]:
     family = REGISTRY[method].family
     n = 1 if family.one_model else 2
@@ -111,7 +132,7 @@ def main() -> None:
     device, dtype = args.device, torch.bfloat16
     report: dict = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
                     "torch": torch.__version__, "tiny": args.tiny, "latency": {}, "compile_seconds": {}, "c": {},
-                    "tokens_per_second": {}, "rounds": {}}
+                    "tokens_per_second": {}, "rounds": {}, "tree_verify": {}}
     lengths = list(range(1, 9))
     for large, small in PAIRS:
         models = {name: build(name, device, dtype, args.tiny) for name in (large, small)}
@@ -129,6 +150,11 @@ def main() -> None:
                 report["latency"][f"{runtime}/{name}"] = {q: seconds_per_call(member, q, device, args.repeats) for q in qs}
                 print(f"{runtime:8s} {name:14s} " + " ".join(
                     f"q{q}={1000 * t:.2f}ms" for q, t in report["latency"][f"{runtime}/{name}"].items()), flush=True)
+            if runtime == "eager":  # 5. draft-tree verify passes (eager: a tree's mask changes every round)
+                for name, member in members[runtime].items():
+                    report["tree_verify"][name] = {n: tree_seconds(member, n, device, args.repeats) for n in (15, 31, 63)}
+                    print(f"tree     {name:14s} " + " ".join(f"nodes{n}={1000 * t:.2f}ms" for n, t in
+                                                         report["tree_verify"][name].items()), flush=True)
             lat = report["latency"]
             report["c"][f"{runtime}/{small}/{large}"] = {
                 "c": lat[f"{runtime}/{small}"][1] / lat[f"{runtime}/{large}"][1], "bytes_ratio": nbytes[small] / nbytes[large]}

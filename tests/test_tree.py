@@ -16,7 +16,7 @@ from cos.member import Member
 from cos.methods.reference import reference_generate
 from cos.sampling import SamplingParams
 from cos.tree import ROOT, DraftTree
-from cos.tree_draft import TreeShape
+from cos.tree_draft import TreeShape, lookup_continuation
 
 PROMPT = [3, 17, 42, 8, 23]
 GREEDY = SamplingParams(temperature=0)
@@ -108,7 +108,8 @@ def test_tree_rows_bitwise_equal_one_token_steps(ext, dtype):
 
 
 # ----------------------------------------------------------------- greedy exactness of the tree methods
-TREES = {"chain": {"nodes": 4, "width": 1}, "w2": {"nodes": 8, "width": 2}, "w4": {"nodes": 15, "width": 4}}
+TREES = {"chain": {"nodes": 4, "width": 1}, "w2": {"nodes": 8, "width": 2}, "w4": {"nodes": 15, "width": 4},
+         "lookup": {"nodes": 6, "width": 2, "lookup": 4}, "flat_lookup": {"nodes": 2, "width": 2, "lookup": 3}}
 METHODS = [("sd", "none", 2), ("we_sd", "none", 2), ("we_sd", "exact", 2), ("cd_sd", "exact", 2),
            ("we_chef", "none", 2), ("cd_chef", "none", 2), ("we_sd", "exact", 3), ("we_chef", "none", 3)]
 REGIMES = {"all_accepted": "twin", "partial": "close", "nothing_accepted": "stranger"}
@@ -132,7 +133,7 @@ def test_tree_methods_equal_the_reference_greedy(models, method, bonus, n, tree,
     out = engine_on(cache, order, plan).generate(PROMPT, max_new_tokens=48, temperature=0, eos_token_ids=[])
     assert_same_greedy(out.tokens, _references[key], PROMPT, in_r, plan.combination)
     assert out.stats.drafted > 0
-    if regime == "all_accepted" and kind != "cd":  # a twin proposer: r's argmax is the proposer's own
+    if regime == "all_accepted" and kind != "cd" and n == 2:  # a twin proposer: argmax r is its own
         assert out.stats.accepted >= out.stats.rounds
 
 
@@ -157,7 +158,7 @@ def test_tree_configuration_errors_name_the_fix():
         make_plan("we_sd", 2, we, 4, tree={"nodes": 16, "width": 2})
     with pytest.raises(ValueError, match="tree width must be an int in 1..nodes"):
         make_plan("we_sd", 2, we, 4, tree={"nodes": 4, "width": 5})
-    with pytest.raises(ValueError, match=r"tree must be none, \{nodes: N, width: W\} or NxW"):
+    with pytest.raises(ValueError, match=r"tree must be none, \{nodes: N, width: W, lookup: L\} or NxW\+L"):
         make_plan("we_sd", 2, we, 4, tree={"depth": 3})
     with pytest.raises(ValueError, match="use schedule=fixed with a tree"):
         make_plan("we_sd", 2, we, 4, schedule="adaptive", tree={"nodes": 4, "width": 2})
@@ -168,3 +169,30 @@ def test_tree_configuration_errors_name_the_fix():
     assert make_plan("we_sd", 2, we, 4, tree="none").tree is None
     assert make_plan("we_sd", 2, we, 4, tree={"nodes": 6, "width": 3}).tree == TreeShape(6, 3)
     assert TreeShape(6, 3).depth == 2 and TreeShape(7, 3).depth == 3 and TreeShape(7, 3).level_size(2) == 1
+    assert make_plan("we_sd", 2, we, 4, tree="7x2+3").tree == TreeShape(7, 2, 3)
+    assert make_plan("we_sd", 2, we, 4, tree={"nodes": 7, "width": 2, "lookup": 3}).tree == TreeShape(7, 2, 3)
+    with pytest.raises(ValueError, match=r"tree lookup must be an int in 0..3 \(nodes \+ lookup <= 15"):
+        make_plan("we_sd", 2, we, 4, tree="12x3+4")
+
+
+def test_lookup_copies_what_followed_the_latest_match():
+    assert lookup_continuation([1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3], 3) == [7, 5, 1]  # the latest match, n = 3
+    assert lookup_continuation([4, 2, 3, 9, 8, 2, 3], 5) == [9, 8, 2, 3]  # n = 2; cut at the end of the context
+    assert lookup_continuation([1, 2, 3, 4], 3) == []  # nothing repeats
+    assert lookup_continuation([5], 3) == []
+
+
+def test_the_lookup_branch_is_free_tokens_on_a_repeating_text():
+    """Table members' greedy text is periodic (their logits depend on the previous token and the position
+    mod 3): the copied branch is accepted where the proposer is not, so a tree with it emits more per round
+    than the same tree without it, with the same output."""
+    from table_member import TableMember
+
+    per_round, outputs = {}, {}
+    for lookup in (0, 4):
+        pair = [TableMember(seed=1, vocab=16, name="target"), TableMember(seed=2, vocab=16, name="stranger")]
+        plan = make_plan("we_sd", 2, make_combination("we", 2, lam=0.0), 4, 1, "exact",
+                         tree={"nodes": 4, "width": 2, "lookup": lookup})
+        out = Engine(pair, plan).generate([1, 2, 3], max_new_tokens=48, temperature=0, eos_token_ids=[])
+        per_round[lookup], outputs[lookup] = out.stats.accepted / out.stats.rounds, out.tokens
+    assert outputs[0] == outputs[4] and per_round[4] > per_round[0] + 0.5, per_round

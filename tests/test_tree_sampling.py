@@ -23,6 +23,9 @@ CASES = {  # method, members, bonus, tree
     "cos_2_w2": ("we_chef", 2, "none", {"nodes": 4, "width": 2}),
     "cd_cos_2_w3": ("cd_chef", 2, "none", {"nodes": 3, "width": 3}),
     "cos_3_w2": ("we_chef", 3, "none", {"nodes": 4, "width": 2}),
+    "sd_lookup": ("sd", 2, "none", {"nodes": 1, "width": 1, "lookup": 3}),
+    "naive_exact_lookup": ("we_sd", 2, "exact", {"nodes": 4, "width": 2, "lookup": 2}),
+    "cos_2_lookup": ("we_chef", 2, "none", {"nodes": 2, "width": 2, "lookup": 2}),
 }
 
 
@@ -49,7 +52,7 @@ def test_tree_emitted_distribution_is_r(case):
     assert engine.last.stats.drafted > 0
 
 
-@pytest.mark.parametrize("case", ["naive_none_w3", "cos_2_w2"])
+@pytest.mark.parametrize("case", ["naive_none_w3", "cos_2_w2", "naive_exact_lookup"])
 def test_tree_negative_control_is_rejected(case, monkeypatch):
     monkeypatch.setattr(acceptance_tree, "residual_distribution", lambda r, q: r)
     engine, exact = build(case)

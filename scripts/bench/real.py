@@ -46,6 +46,7 @@ METHODS = {  # name -> plan kwargs
     "we_sd_adaptive": dict(method="we_sd", lam=0.5, proposer=1, bonus="none", **HF_SCHEDULE),
     "we_chef": dict(method="we_chef", lam=0.5, gamma=[1, 5]),
 }
+TREES = {name + "_tree": METHODS[name] for name in ("sd", "cd_chef", "we_chef")}  # the same, drafting --tree
 
 
 def add_args(ap) -> None:
@@ -56,7 +57,9 @@ def add_args(ap) -> None:
     ap.add_argument("--fewshot", action="store_true", help="the paper's few-shot templates (GSM8K: ~500 prompt tokens)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
-    ap.add_argument("--methods", nargs="+", default=list(METHODS) + list(PEERS))
+    ap.add_argument("--methods", nargs="+", default=list(METHODS) + list(PEERS),
+                    help=f"also {', '.join(TREES)}: the same methods drafting a tree (--tree)")
+    ap.add_argument("--tree", default="15x3", help="the *_tree methods' tree, NxW: N nodes, at most W per level")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--schedule", default="fixed", choices=["fixed", "adaptive"],
@@ -93,9 +96,10 @@ def run(args) -> None:
     from cos.engine import plan_from_kwargs
     from cos.loading import load_member, load_tokenizer
 
-    unknown = set(args.methods) - set(METHODS) - set(PEERS)
+    methods = {**METHODS, **{name: {**kw, "tree": args.tree} for name, kw in TREES.items()}}
+    unknown = set(args.methods) - set(methods) - set(PEERS)
     if unknown:
-        raise SystemExit(f"error: unknown methods {sorted(unknown)}; choose from {list(METHODS)} + hf_assisted, hf_ensemble")
+        raise SystemExit(f"error: unknown methods {sorted(unknown)}; choose from {list(methods)} + hf_assisted, hf_ensemble")
     datasets = {name: common.load_examples(name, args.prompts, args.data_root, args.fewshot) for name in args.datasets}
     paths = [common.model_dir(args.model), common.model_dir(args.extra)]
     tok = load_tokenizer(paths[0])
@@ -104,8 +108,8 @@ def run(args) -> None:
     drafts = lambda kw: kw["method"] not in ("large_model", "cd", "we")
     engines = {name: Engine(members if kw["method"] != "large_model" else members[:1],
                             plan_from_kwargs(n_members=1 if kw["method"] == "large_model" else 2,
-                                             **kw, **({"schedule": args.schedule} if drafts(kw) else {})), tok, threads)
-               for name, kw in METHODS.items() if name in args.methods}
+                                             **kw, **({"schedule": args.schedule} if drafts(kw) and "tree" not in kw else {})), tok, threads)
+               for name, kw in methods.items() if name in args.methods}
     rows = []
     for ds_name, (ds, examples) in datasets.items():
         for temperature in args.temperatures:
@@ -157,7 +161,7 @@ def summarize(ds: str, temperature: float, name: str, res: dict, results: dict, 
     from cos.runner.compare import first_difference
     from cos.runner.greedy_gap import log_r_gap
 
-    base = BASELINE[METHODS[name]["method"] if name in METHODS else name]
+    base = BASELINE[METHODS[name]["method"] if name in METHODS else TREES[name]["method"] if name in TREES else name]
     row = dict(dataset=ds, temperature=temperature, method=name, tokens_per_s=round(res["tps"], 3),
                e2e_tokens_per_s=round(res["e2e_tps"], 3))
     if base in results:  # decode speed for ours; transformers' peers: end to end against end to end

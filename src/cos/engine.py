@@ -207,7 +207,7 @@ class Engine:
         stats = GenerationStats(method=plan.method, gamma=plan.gammas, proposer=plan.proposer,
                                 bonus=plan.bonus if plan.loop == "naive" else "", draft_threshold=plan.draft_threshold,
                                 schedule=self.schedule.kind if self.schedule else "",
-                                tree=f"nodes {plan.tree.nodes} width {plan.tree.width}" if plan.tree else "",
+                                tree=plan.tree.describe() if plan.tree else "",
                                 weights=list(plan.combination.weights) if plan.loop in MIXTURES else [])
         st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
         if self.schedule is not None:

@@ -14,6 +14,11 @@ product of its probabilities along a node's path, EAGLE-2's score):
   are independent draws from q given everything before them, which is what multi-round speculative
   sampling needs to be exact. Choices that depend on the values of the nodes' own children (keeping the
   likeliest draws, dropping duplicates) would break it, so none is made.
+`lookup` > 0 adds a free branch (prompt lookup, as transformers' `prompt_lookup_num_tokens`): the tokens that
+followed the latest earlier occurrence of the last few tokens of prompt + output, one more trial per slot
+with a one-hot q (they depend on the context alone). It costs no proposer step, only rows: the verifiers
+score it with the tree, and the proposer feeds it with its first level (Naive-CoS and CoS need the
+proposer's logits there for r).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ MAX_NODES = 15  # a tree verify feeds the root token and the nodes: 16 rows, wha
 class TreeShape:
     nodes: int
     width: int
+    lookup: int = 0  # the free branch: up to this many tokens copied from the context (0 = off)
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
@@ -41,6 +47,13 @@ class TreeShape:
                              f"the nodes, at most 16 rows), got {self.nodes!r}")
         if isinstance(self.width, bool) or not isinstance(self.width, int) or not 1 <= self.width <= self.nodes:
             raise ValueError(f"tree width must be an int in 1..nodes ({self.nodes}), got {self.width!r}")
+        if isinstance(self.lookup, bool) or not isinstance(self.lookup, int) or \
+                not 0 <= self.lookup <= MAX_NODES - self.nodes:
+            raise ValueError(f"tree lookup must be an int in 0..{MAX_NODES - self.nodes} (nodes + lookup <= "
+                             f"{MAX_NODES}: one verify pass), got {self.lookup!r}")
+
+    def describe(self) -> str:
+        return f"nodes {self.nodes} width {self.width}" + (f" lookup {self.lookup}" if self.lookup else "")
 
     @property
     def depth(self) -> int:
@@ -69,10 +82,42 @@ def _shares(weights: list[float], total: int) -> list[int]:
     return shares
 
 
+def lookup_continuation(context: list[int], length: int, longest: int = 4, shortest: int = 2) -> list[int]:
+    """Prompt lookup: the tokens that followed the latest earlier occurrence of the context's last n tokens
+    (n from `longest` down to `shortest`), at most `length` of them; [] when nothing matches."""
+    for n in range(min(longest, len(context) - 1), shortest - 1, -1):
+        tail = context[-n:]
+        for start in range(len(context) - n - 1, -1, -1):
+            if context[start : start + n] == tail:
+                return context[start + n : start + n + length]
+    return []
+
+
+def _add_lookup(tree, trials, score, q_rows, tokens: list[int], vocab: int, greedy: bool, device) -> None:
+    """The free branch from the root: one trial per slot with a one-hot q (the tokens depend on the context
+    alone, never on a draw); a token the proposer also drafted shares its node."""
+    parent = ROOT
+    for token in tokens:
+        row = -1
+        if not greedy:
+            q_rows.append(torch.nn.functional.one_hot(torch.tensor(token), vocab).float().to(device))
+            row = len(q_rows) - 1
+        node = tree.child(parent, token)
+        if node is None:
+            node = tree.add(token, parent)
+            trials.append([])
+            score[node] = -math.inf  # never expanded by the proposer
+        trials[parent + 1].append((node, row))
+        parent = node
+
+
 def propose_tree(member: Member, seq: torch.Tensor, shape: TreeShape, params: SamplingParams,
-                 generator: torch.Generator | None, root_logits: torch.Tensor | None = None) -> TreeDraft:
+                 generator: torch.Generator | None, root_logits: torch.Tensor | None = None,
+                 known_everywhere: bool = False) -> TreeDraft:
     """Draft a tree after seq [L]. root_logits: the member's logits at seq's last position when the caller
-    already has them (its cache then holds all of seq); else one forward computes them."""
+    already has them (its cache then holds all of seq); else one forward computes them.
+    known_everywhere: r does not need the proposer's logits (sd), so the lookup branch may run past what
+    the proposer feeds; otherwise it is cut where the proposer's first level forward would not feed it."""
     if root_logits is None:
         root_logits = member.score(seq, 1)[0]
     root_logits = root_logits.to(seq.device)
@@ -88,6 +133,10 @@ def propose_tree(member: Member, seq: torch.Tensor, shape: TreeShape, params: Sa
             _children_greedy(tree, trials, logits, score, frontier, size)
         else:
             _children_sampled(tree, trials, logits, score, frontier, size, q_rows, params, generator)
+        if level == 0 and shape.lookup:  # fed with the first level, so r is known along it
+            fed = shape.depth > 1 or known_everywhere
+            copied = lookup_continuation(seq.tolist(), shape.lookup if fed else 1)
+            _add_lookup(tree, trials, score, q_rows, copied, root_logits.shape[-1], params.greedy, seq.device)
         new = list(range(first, len(tree)))
         if level + 1 < shape.depth:  # the last level's nodes are leaves: the proposer never feeds them
             rows = member.score_tree(seq, tree, root=False).to(seq.device)

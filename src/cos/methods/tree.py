@@ -75,7 +75,8 @@ class TreeLoop:
         if st.remaining - len(head) <= 0:
             return st.commit(head, keep_cached=seq.shape[0])
         # 2. the proposer drafts a tree after committed + head; every verifier scores it in one forward
-        draft = propose_tree(self.proposer, seq, self.shape, st.params, st.generator, root_logits)
+        draft = propose_tree(self.proposer, seq, self.shape, st.params, st.generator, root_logits,
+                             known_everywhere=self.p is None)
         tree = draft.tree
         v = [m.score_tree(seq, tree, root=True).to(st.device) for m in self.verifiers]  # n_v × [1 + N, V]
         # 3. r at every slot (root, nodes) whose members' logits are all known
