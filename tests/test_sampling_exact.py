@@ -71,16 +71,19 @@ CASES = {
 }
 
 
+def table_combination(method: str, n: int):
+    """The r these tests use for a method's family on n table members (None: sd, the target's own)."""
+    if method == "sd":
+        return None
+    if method.startswith("cd"):
+        return make_combination("cd", n, alpha=0.5)
+    return make_combination("we", n, weights=[0.6, 0.4] if n == 2 else [0.5, 0.3, 0.2])
+
+
 def build(case: str, temperature: float = 1.0, schedule: str = "fixed"):
     method, n, gamma, proposer, bonus, *threshold = CASES[case]
     members = [TableMember(seed=10 + i, vocab=VOCAB, name=f"m{i}") for i in range(n)]
-    if method == "sd":
-        combination = None
-    elif method.startswith("cd"):
-        combination = make_combination("cd", n, alpha=0.5)
-    else:
-        combination = make_combination("we", n, weights=[0.6, 0.4] if n == 2 else [0.5, 0.3, 0.2])
-    plan = make_plan(method, n, combination, gamma, proposer, bonus, *threshold)
+    plan = make_plan(method, n, table_combination(method, n), gamma, proposer, bonus, *threshold)
     engine = Engine(members, plan)
     if schedule == "varied":  # draft lengths 0..γ from round to round, chosen from past acceptances
         force_every_length(engine)

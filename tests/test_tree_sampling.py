@@ -10,10 +10,10 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-from cos import Engine, SamplingParams, make_combination, make_plan
+from cos import Engine, SamplingParams, make_plan
 from cos import acceptance_tree
 from table_member import TableMember
-from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
+from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance, table_combination
 
 CASES = {  # method, members, bonus, tree
     "sd_w2": ("sd", 2, "none", {"nodes": 4, "width": 2}),
@@ -32,13 +32,7 @@ CASES = {  # method, members, bonus, tree
 def build(case: str):
     method, n, bonus, tree = CASES[case]
     members = [TableMember(seed=10 + i, vocab=VOCAB, scale=1.0, name=f"m{i}") for i in range(n)]
-    if method == "sd":
-        combination = None
-    elif method.startswith("cd"):
-        combination = make_combination("cd", n, alpha=0.5)
-    else:
-        combination = make_combination("we", n, weights=[0.6, 0.4] if n == 2 else [0.5, 0.3, 0.2])
-    plan = make_plan(method, n, combination, 2, None, bonus, tree=tree)
+    plan = make_plan(method, n, table_combination(method, n), 2, None, bonus, tree=tree)
     engine = Engine(members, plan)
     in_r = members[:1] if method == "sd" else members
     return engine, exact_distribution(in_r, plan.combination, SamplingParams(1.0))

@@ -130,16 +130,21 @@ class Member:
         assert 1 <= n <= length, (n, length)
         self.rollback(length - n)
         fed = seq[self.n_cached :].to(self.device, non_blocking=True)
+        logits = self._timed(fed.shape[0], lambda: self._forward(fed, n))
+        self.n_cached = length
+        return logits
+
+    def _timed(self, n_fed: int, forward):
+        """Run one forward of n_fed tokens under the thread policy, counted and timed (costs, threads)."""
         kind = (self.name,)  # contention is the machine's, not a call length's: one choice per member
         threads = self.threads.choose(kind)
         start = self._clock()
-        logits = self._forward(fed, n)
-        seconds = self._stop_clock(start, fed.shape[0])
+        out = forward()
+        seconds = self._stop_clock(start, n_fed)
         if seconds is not None:
             self.threads.observe(kind, threads, seconds)
-            self.costs.observe(fed.shape[0], seconds)
-        self.n_cached = length
-        return logits
+            self.costs.observe(n_fed, seconds)
+        return out
 
     def _drop_tree(self) -> None:
         if self.tree_cached:
@@ -174,14 +179,9 @@ class Member:
         start = self.n_cached + self.tree_cached
         keys = self.capacity if is_static(self.cache) else start + fed.shape[0]
         mask, positions = attention_inputs(tree, length, self.n_cached, first, keys, self.device)
-        threads = self.threads.choose((self.name,))
-        clock = self._clock()
-        logits = self.model(input_ids=fed[None], past_key_values=self.cache, use_cache=True, attention_mask=mask,
-                            position_ids=positions, logits_to_keep=wanted).logits[0]
-        seconds = self._stop_clock(clock, fed.shape[0])
-        if seconds is not None:
-            self.threads.observe((self.name,), threads, seconds)
-            self.costs.observe(fed.shape[0], seconds)
+        logits = self._timed(fed.shape[0], lambda: self.model(
+            input_ids=fed[None], past_key_values=self.cache, use_cache=True, attention_mask=mask,
+            position_ids=positions, logits_to_keep=wanted).logits[0])
         self.n_cached, self.tree_cached = length, len(tree)
         return logits
 

@@ -72,7 +72,9 @@ class TreeLoop:
                 head = [int(pick(r0, greedy, st.generator))]
                 self.carry = None
         seq = torch.cat([st.seq, st.seq.new_tensor(head)]) if head else st.seq
-        if st.remaining - len(head) <= 0:
+        if st.remaining - len(head) <= 0:  # the budget is spent: no tree this round
+            if verified_t:
+                st.count_round(1, 1, None)
             return st.commit(head, keep_cached=seq.shape[0])
         # 2. the proposer drafts a tree after committed + head; every verifier scores it in one forward
         draft = propose_tree(self.proposer, seq, self.shape, st.params, st.generator, root_logits,
