@@ -15,7 +15,7 @@ from cos.kv_cache import PreallocatedLayer, is_preallocated, make_cache
 from cos.member import Member
 from cos.methods.reference import reference_generate
 from cos.sampling import SamplingParams
-from cos.schedule import CallCosts, Schedule, best_length, expected_tokens
+from cos.schedule import PROBE_EVERY, CallCosts, Schedule, best_length, expected_tokens
 from cos.threads import FIRST_PROBE, ThreadPolicy
 
 PROMPT = [3, 17, 42, 8, 23]
@@ -227,6 +227,9 @@ def test_schedule_fixed_always_gamma_adaptive_measures_then_chooses():
         adaptive.observe(5, 0)  # nothing accepted
     assert adaptive.alpha < 0.1
     assert adaptive.length(drafter, [verifier], True) == 0
+    # probes revisit a neighbour of the choice only: k = 0 -> 1, never a far-off length
+    chosen = [adaptive.length(drafter, [verifier], True) for _ in range(4 * PROBE_EVERY)]
+    assert set(chosen) == {0, 1} and chosen.count(1) == 4
     with pytest.raises(ValueError, match="unknown schedule"):
         Schedule("greedy", 5, 1)
 

@@ -83,7 +83,11 @@ def round_expectation(weights: Sequence[float], proposer: int, m: int, cap: int,
     beta: the chance a drafted foreign position is accepted (Σ min(p_s, p_k), pooled over members).
     Costs: each drafted position one proposer step; each verifier one pass over the block (its fed
     length d + 1); the closing position, emitted only after a fully accepted block, costs nothing when
-    a verifier owns it (the bonus) and one forward of its owner otherwise. The scan is a stopping rule
+    a verifier owns it (the bonus), one proposer step when the proposer owns it, and otherwise one
+    forward of its owner that catches up on the d positions it skipped: d + 1 tokens fed, priced as
+    such (on a CPU where a forward's cost grows with the tokens fed, as bf16 without native bf16 does,
+    that catch-up costs d + 1 steps and ME saves nothing; charging it one step made the schedule
+    expect 6.6 tokens/s of rounds that ran 3.9). The scan is a stopping rule
     on fresh coins and every coin a round reads is emitted unless a rejection ends the round first,
     so rounds are independent and tokens / seconds is the long-run rate of the policy."""
     live = [(k, w) for k, w in enumerate(weights) if w > 0]
@@ -94,7 +98,7 @@ def round_expectation(weights: Sequence[float], proposer: int, m: int, cap: int,
     def end(p: float, d: int, i: int, verifiers: frozenset[int], closing: int) -> None:
         nonlocal tokens, time, missing
         verify = [seconds(k, d + 1) for k in verifiers]
-        close = 0.0 if closing in verifiers else seconds(closing, 1)
+        close = 0.0 if closing in verifiers else seconds(closing, 1 if closing == proposer else d + 1)
         if step is None or close is None or None in verify:
             missing = True
             return

@@ -11,7 +11,8 @@ Every position's component z_t ~ w is drawn ahead from the coins' own generator.
   4. a fully accepted block emits its closing position: the bonus from a verifier that owns it, else
      its owner runs (the proposer drafts one more; another member catches up in one forward and
      samples from its own p: the ME step);
-  5. commit, roll back what was rejected, count, spend the coins of the emitted positions.
+  5. commit, roll back what was rejected, count, spend the coins of the emitted positions; under the
+     adaptive schedule, report the round's seconds beside what the cost model expected of it.
 A block with no foreign position needs no verify pass; a member nobody needs does not run.
 
 The adaptive schedule learns β from the foreign positions it drafts; rounds of m = 0 draft none, so
@@ -23,10 +24,12 @@ position, for no extra forward. Statistics only: no draw depends on it.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..acceptance import NO_TOKEN, verify_block
-from ..mixture import Coins, plan_block, rate
+from ..mixture import Coins, plan_block, round_expectation
 from ..proposer import MemberProposer
 from ..sampling import sample, to_probs
 from ..schedule import Schedule
@@ -56,13 +59,13 @@ class MixtureLoop:
             return 0
         members = self.st.members
         others = [m.costs for i, m in enumerate(members) if i != self.s]
-        return self.schedule.length(members[self.s].costs, others, True, self._rate)
+        return self.schedule.length(members[self.s].costs, others, True, self._expectation)
 
-    def _rate(self, m: int, beta: float) -> float | None:
-        """Expected tokens per second of a round drafting m foreign positions (cos/mixture.py's cost model
-        with the members' measured seconds per forward); None while a cost is not measured."""
+    def _expectation(self, m: int, beta: float) -> tuple[float, float] | None:
+        """(Expected tokens, expected seconds) of a round drafting m foreign positions (cos/mixture.py's
+        cost model with the members' measured seconds per forward); None while a cost is not measured."""
         members = self.st.members
-        return rate(self.weights, self.s, m, self.gamma, beta, lambda i, n: members[i].costs(n))
+        return round_expectation(self.weights, self.s, m, self.gamma, beta, lambda i, n: members[i].costs(n))
 
     def _own_step(self, member: int, seq: torch.Tensor) -> torch.Tensor:
         """The ME step: a member catches up on everything it skipped in one forward, samples from its p."""
@@ -87,8 +90,11 @@ class MixtureLoop:
         start, budget = st.seq.shape[0], st.remaining
         cap = min(self.gamma, budget)
         # 1. the coins of the positions ahead fix the block; m from the past alone
+        started = time.perf_counter()
+        m = self._foreign_to_draft()
+        modelled = self._expectation(m, self.schedule.alpha) if self.learns and cap == self.gamma else None
         z = self.coins.ahead(cap + 1)
-        block = plan_block(z, self.s, self._foreign_to_draft(), cap)
+        block = plan_block(z, self.s, m, cap)
         closes = block.drafted < budget  # the closing position is still within max_new_tokens
         # 2. the proposer drafts the block (its own positions are final unless a foreign one is rejected)
         tokens = st.seq.new_empty(0)
@@ -119,4 +125,7 @@ class MixtureLoop:
                 emitted += self._own_step(block.closing, seq).tolist()
         # 5. commit (members keep what was fed before the first rejected position), spend the coins
         self.coins.consume(len(emitted))
-        return st.commit(emitted, keep_cached=start + n_keep)
+        emitted = st.commit(emitted, keep_cached=start + n_keep)
+        if modelled is not None:  # what the round cost against what the model expected of it
+            self.schedule.observe_seconds(m, time.perf_counter() - started, modelled[1])
+        return emitted
