@@ -60,6 +60,9 @@ class PastDependentSchedule(Schedule):
     def _adaptive(self, *costs) -> int:
         return int(self.rounds + 3 * self.accepted + self.drafted // 2) % (self.gamma + 1)  # accepted: fractional too
 
+    def prefers_standard(self, *costs) -> bool:  # CoS asks before drafting more after a bonus (True: drop)
+        return (self.rounds + self.drafted) % 3 == 0
+
 
 def force_every_length(engine):
     """Swap an engine's schedule for PastDependentSchedule (same γ and bonus); standard methods keep none."""

@@ -21,7 +21,7 @@ from cos.member import Member
 from cos.methods import mixture as mixture_loop
 from cos.mixture import Coins, plan_block, predicted_speedup, round_expectation
 from cos.sampling import sample, to_probs
-from cos.schedule import CallCosts, Schedule
+from cos.schedule import PROBE_EVERY, CallCosts, Schedule
 from table_member import TableMember
 from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
 
@@ -255,6 +255,20 @@ def test_adaptive_schedule_pays_for_what_the_model_does_not_see():
         modelled = expectation(1, schedule.alpha)[1]
         schedule.observe_seconds(1, modelled, modelled)
     assert choose() == 1
+
+
+def test_probes_skip_a_neighbour_that_loses_clearly():
+    """With its own model, the schedule probes m ± 1 only while it is within PROBE_MARGIN of the best:
+    at c = 1 (ME wins by far) the probe rounds stay ME; at the worked example m = 0 and 2 are probed."""
+    for t, probed in (([1.0, 1.0], set()), ([0.39, 1.0], {0, 2})):
+        expectation = lambda m, beta: round_expectation([0.5, 0.5], 0, m, 5, beta, lambda i, n: t[i])
+        schedule = Schedule("adaptive", 5, 1)
+        schedule.rounds, schedule.last_run = 1, {5: 1, 0: 1, 1: 1}
+        for accepted in [1] * 700 + [0] * 300:
+            schedule.observe(1, accepted)
+        chosen = [schedule.length(CallCosts(), [CallCosts()], True, expectation) for _ in range(4 * PROBE_EVERY)]
+        best = max(set(chosen), key=chosen.count)
+        assert set(chosen) - {best} == probed, t
 
 
 def test_seconds_ratio_is_shrunk_towards_all_rounds():

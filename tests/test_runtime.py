@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from conftest import members
+from conftest import PastDependentSchedule, force_every_length, members
 from cos import Engine, make_combination, make_plan
 from cos.kv_cache import PreallocatedLayer, is_preallocated, make_cache
 from cos.member import Member
@@ -244,6 +244,40 @@ def test_schedule_alpha_counts_only_drafts_that_were_tested():
         schedule.observe(5, int(accepted.cumprod(0).sum()))
     assert schedule.alpha == pytest.approx(0.9, abs=0.01)  # sd of the estimate ~0.003 here
     assert schedule.accepted / schedule.drafted < 0.8
+
+
+def test_schedule_prefers_standard_rounds_where_blocks_cost_a_step_per_token():
+    """What CoS asks before a member drafts more after its bonus: True only where the measured costs
+    make a standard round beat every draft length (a block of n costs n steps: bf16 on AVX2)."""
+    steep = CallCosts({n: 1.0 * n for n in range(1, 8)})
+    flat = CallCosts({n: 1.0 for n in range(1, 8)})
+    drafter = CallCosts({n: 0.3 * n for n in range(1, 8)})
+    schedule = Schedule("adaptive", 5, 1)
+    assert not schedule.prefers_standard(drafter, [steep], True)  # the first measurements not done
+    for _ in range(3):
+        schedule.length(drafter, [steep], True)
+    for _ in range(20):
+        schedule.observe(5, 1)  # α 0.5
+    assert schedule.prefers_standard(drafter, [steep], True)
+    assert not schedule.prefers_standard(drafter, [flat], True)  # memory-bound: k = 1 with a bonus never loses
+    assert not Schedule("fixed", 5, 1).prefers_standard(drafter, [steep], True)
+
+
+def test_cos_dropping_its_pending_proposals_stays_greedy_exact(models, monkeypatch):
+    """CoS drops the pending proposals unverified whenever the schedule prefers standard rounds (forced
+    here from past counts alone, conftest.PastDependentSchedule): output still equals the reference,
+    and the drop did happen."""
+    pair = [models["base"], models["close"]]  # close relatives: rounds accept, so step 4 is reached
+    combination = make_combination("cd", 2)
+    ref = reference_generate(pair, combination, PROMPT, 48, SamplingParams(0))
+    asked = []
+    prefers = PastDependentSchedule.prefers_standard
+    monkeypatch.setattr(PastDependentSchedule, "prefers_standard",
+                        lambda self, *a: asked.append(prefers(self, *a)) or asked[-1])
+    engine = force_every_length(Engine(members(*pair), make_plan("cd_chef", 2, combination, [2, 3], schedule="adaptive")))
+    for _ in range(2):
+        assert engine.generate(PROMPT, max_new_tokens=48, temperature=0, eos_token_ids=[]).tokens == ref
+    assert True in asked and False in asked
 
 
 def test_adaptive_schedule_is_exact_greedy_and_refused_for_standard_methods(models):

@@ -30,6 +30,8 @@ The first rounds measure the plan (γ), a standard round (0) and the shortest dr
 each PROBE_EVERY-th round runs a neighbour of the current choice (k ± 1, the one measured longer ago),
 so a choice made under one load is revisited when the load or α changes, one step at a time, and a
 probe never pays for a far-off length (probes of m = 2..5 cost we_mix_sd 4% of a run where m = 0 won).
+A loop with its own model probes a neighbour only while its calibrated rate is within PROBE_MARGIN
+of the best's (`_contender`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ PRIOR_DRAFTS = 4.0
 PROBE_EVERY = 16
 CALIBRATION_DECAY = 0.9  # weight kept by older rounds in the measured / modelled seconds sums
 PRIOR_ROUNDS = 2.0  # pseudo-rounds at the ratio over all rounds, for a k measured a few times only
+PROBE_MARGIN = 0.1  # a loop with its own model probes a neighbour only within this of the best's rate
 
 
 def expected_tokens(alpha: float, k: int, bonus: int) -> float:
@@ -122,9 +125,24 @@ class Schedule:
                 return k
         best = self._best(proposer, verifiers, proposer_in_r, expectation)
         if self.rounds % PROBE_EVERY == PROBE_EVERY - 1:  # revisit a neighbour, the one measured longer ago
-            near = [k for k in (best - 1, best + 1) if 0 <= k <= self.gamma]
-            return min(near, key=lambda k: self.last_run.get(k, 0))
+            near = [k for k in (best - 1, best + 1) if 0 <= k <= self.gamma and self._contender(k, best, expectation)]
+            return min(near, key=lambda k: self.last_run.get(k, 0)) if near else best
         return best
+
+    def _contender(self, k: int, best: int, expectation: Expectation | None) -> bool:
+        """Worth a probe: always for draft lengths (a probe is how t(k + 1) gets measured); for a loop
+        with its own model, only within PROBE_MARGIN of the best's calibrated rate: its costs are
+        measured per call and its α comes without probing (we_mix_sd: every ME step is β evidence),
+        so a probe there only refreshes k's calibration, and where drafting foreign positions loses
+        clearly (a CPU whose forwards grow with the tokens fed) a probe every 16 rounds cost 3%."""
+        expected = None if expectation is None else (expectation(k, self.alpha), expectation(best, self.alpha))
+        if expected is None or None in expected:
+            return True
+        return self._calibrated(expected[0], k) >= (1 - PROBE_MARGIN) * self._calibrated(expected[1], best)
+
+    def _calibrated(self, expected: tuple[float, float], k: int) -> float:
+        """Tokens per second of a round of k: its expected tokens over its calibrated expected seconds."""
+        return expected[0] / (expected[1] * self.seconds_ratio(k))
 
     def _best(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,
               expectation: Expectation | None) -> int:
@@ -132,12 +150,20 @@ class Schedule:
             rounds = [expectation(k, self.alpha) for k in range(self.gamma + 1)]
             if None in rounds:
                 return self.gamma
-            return fastest(self.gamma, lambda k: rounds[k][0] / (rounds[k][1] * self.seconds_ratio(k)))
+            return fastest(self.gamma, lambda k: self._calibrated(rounds[k], k))
         step = proposer(1)
         if step is None or any(v(1) is None for v in verifiers):
             return self.gamma
         standard = sum(v(1) for v in verifiers) + (step if proposer_in_r else 0.0)
         return best_length(self.alpha, self.gamma, self.bonus, step, lambda n: sum(v(n) for v in verifiers), standard)
+
+    def prefers_standard(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool) -> bool:
+        """Whether, by the costs and α measured now, a standard round beats every draft length (never
+        under `fixed`, nor before the first measurements). Records nothing: CoS asks it before a member
+        drafts more after its own bonus (methods/alternate.py)."""
+        if self.kind == "fixed" or any(k not in self.last_run for k in (self.gamma, 0, 1)):
+            return False
+        return self._best(proposer, verifiers, proposer_in_r, None) == 0
 
     def observe_seconds(self, k: int, measured: float, modelled: float) -> None:
         """A round of k took `measured` seconds where the loop's expectation said `modelled`."""

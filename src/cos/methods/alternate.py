@@ -8,8 +8,13 @@ head-aligned prefix of S_c. One round:
      (drawn from its own distribution, to be verified later like any draft);
   3. while every member has the head cached, the head block is verified against r; a rejection
      commits the residual, clears everything and restarts from the default proposer;
-  4. if nothing was rejected and the scorer's γ > 1, it drafts γ-1 more after committed + S_c.
-Drafts are always conditioned on committed + accepted + pending tokens (no stale context).
+  4. if nothing was rejected and the scorer's γ > 1, it drafts γ-1 more after committed + S_c; but
+     where the adaptive schedule measures standard rounds faster than any draft (a CPU whose forwards
+     grow with the tokens fed, as bf16 without native bf16 does), the pending proposals are dropped
+     unverified instead, and the next round is a standard one.
+Drafts are always conditioned on committed + accepted + pending tokens (no stale context). Dropping
+unverified proposals is exact: the choice depends on past timings and acceptances, never on their
+values, and nothing of them was committed.
 """
 
 from __future__ import annotations
@@ -87,7 +92,12 @@ class AlternateLoop:
             self.pending = self.pending[n:]
             self.q = None if greedy else self.q[n:]
             self.cached = [c[n:] if c.shape[0] > n else None for c in self.cached]
-        # 4. nothing rejected: the scorer drafts γ-1 more tokens after committed + pending
-        if self.gammas[m] > 1 and not st.done:
+        # 4. nothing rejected: the scorer drafts γ-1 more tokens after committed + pending, unless the
+        #    schedule measures standard rounds faster: then the chain stops here (its proposals dropped)
+        #    and the next round is a standard one, as the default proposer's own choice would have been
+        others = [c.costs for i, c in enumerate(st.members) if i != m]
+        if self.schedule.prefers_standard(st.members[m].costs, others, True):
+            self._clear()
+        elif self.gammas[m] > 1 and not st.done:
             self._draft(m, self.gammas[m] - 1)
         return emitted
