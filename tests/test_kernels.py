@@ -1,5 +1,5 @@
-"""The AVX-512 bf16 linear kernel (cos.kernels): rows rounded independently of M, close to torch,
-and the per-model install on a tiny bf16 Llama. Skips (with the reason) where the kernel can't run."""
+"""The bf16 linear kernel (cos.kernels; the AVX-512 or the AVX2 build, whichever this CPU runs): rows
+rounded independently of M, close to torch, and the per-model install on a tiny bf16 Llama. Skips (with the reason) where the kernel can't run."""
 
 from __future__ import annotations
 
@@ -152,14 +152,28 @@ def test_unavailable_kernel_leaves_models_on_torch(monkeypatch):
     assert torch.equal(bits(row_linear(x, w, b)), bits(F.linear(x, w, b)))
 
 
-def test_cpu_check_names_missing_flags(monkeypatch):
+def test_cpu_check_picks_the_build_and_names_missing_flags(monkeypatch):
+    """AVX-512 F/BW/VL -> the AVX-512 build; else AVX2 + FMA -> the AVX2 build; else none, naming what lacks."""
     from cos.kernels import build
 
+    for flags, expected in [({"avx512f", "avx512bw", "avx512vl", "avx2", "fma"}, "avx512"),
+                            ({"avx2", "fma", "avx512f"}, "avx2"), ({"avx2", "fma"}, "avx2")]:
+        monkeypatch.setattr(build, "cpu_flags", lambda flags=flags: flags)
+        assert build.cpu_variant()[0] == expected and build.cpu_supported()[0]
     monkeypatch.setattr(build, "cpu_flags", lambda: {"avx2", "avx512f"})
-    ok, why = build.cpu_supported()
-    assert not ok and "avx512bw" in why and "avx512vl" in why
-    monkeypatch.setattr(build, "cpu_flags", lambda: {"avx512f", "avx512bw", "avx512vl"})
-    assert build.cpu_supported()[0]
+    variant, why = build.cpu_variant()
+    assert variant is None and "avx512bw" in why and "fma" in why and not build.cpu_supported()[0]
+
+
+def test_each_build_is_one_translation_unit_with_the_same_functions():
+    """Both builds define the three functions bindings.cpp exports, from their own ISA's sources."""
+    from cos.kernels import build
+
+    for variant in build.VARIANTS:
+        source = build.source_of(variant)
+        for function in ("torch::Tensor bf16_linear(", "torch::Tensor f32_linear(", "torch::Tensor row_attention("):
+            assert source.count(function) == 1, (variant, function)
+        assert ("_mm512_" in source) == (variant == "avx512")
 
 
 def test_native_path_only_where_the_cpu_has_avx512_bf16(monkeypatch):

@@ -20,16 +20,26 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# compiled as one translation unit, in this order (bindings.cpp defines the Python module)
-SOURCES = [Path(__file__).with_name(n) for n in ("tiles.cpp", "bf16_linear.cpp", "f32_linear.cpp", "row_attention.cpp", "bindings.cpp")]
-CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-fopenmp"]
+# One translation unit per instruction set, compiled in this order (bindings.cpp defines the Python
+# module with the same functions either way): AVX-512 where the CPU has F, BW and VL, else AVX2 + FMA
+# (Zen 2/3, client Intel parts). Each build computes every row in one fixed order (its headers say
+# which); the two orders differ, so two kinds of machine differ in the last bits, one machine never.
+COMMON = ("tiles.cpp", "row_attention_common.cpp")
+VARIANTS = {
+    "avx512": dict(sources=COMMON + ("bf16_linear.cpp", "f32_linear.cpp", "row_attention.cpp"),
+                   cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-fopenmp"],
+                   needed=("avx512f", "avx512bw", "avx512vl")),
+    "avx2": dict(sources=COMMON + ("bf16_linear_avx2.cpp", "f32_linear_avx2.cpp", "row_attention_avx2.cpp"),
+                 cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], needed=("avx2", "fma")),
+}
+LAST = ("row_attention_op.cpp", "bindings.cpp")
 LDFLAGS = ["-fopenmp"]
-NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512vl")
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _failure: str | None = None
 _native: bool | None = None
+_variant: str | None = None
 
 
 def cpu_flags() -> set[str] | None:
@@ -44,14 +54,26 @@ def cpu_flags() -> set[str] | None:
     return None
 
 
-def cpu_supported() -> tuple[bool, str]:
-    """(whether this CPU runs the kernel, why not)."""
+def cpu_variant() -> tuple[str | None, str]:
+    """(the build this CPU runs: "avx512", "avx2" or None, why not the AVX-512 one / why none)."""
     flags = cpu_flags()
-    if flags is None:  # no /proc/cpuinfo: torch's own dispatch level implies AVX-512 F/BW/VL/DQ
+    if flags is None:  # no /proc/cpuinfo: torch's own dispatch level (AVX512 implies F/BW/VL/DQ, AVX2 FMA)
         cap = torch.backends.cpu.get_cpu_capability()
-        return (cap.startswith("AVX512"), f"torch CPU capability is {cap}, not AVX512")
-    missing = [f for f in NEEDED_FLAGS if f not in flags]
-    return (not missing, f"the CPU lacks {', '.join(missing)}")
+        variant = "avx512" if cap.startswith("AVX512") else "avx2" if cap.startswith("AVX2") else None
+        return variant, f"torch CPU capability is {cap}"
+    missing = {name: [f for f in v["needed"] if f not in flags] for name, v in VARIANTS.items()}
+    why = f"the CPU lacks {', '.join(missing['avx512'])}"
+    if not missing["avx512"]:
+        return "avx512", ""
+    if not missing["avx2"]:
+        return "avx2", why
+    return None, f"{why} and {', '.join(missing['avx2'])}"
+
+
+def cpu_supported() -> tuple[bool, str]:
+    """(whether this CPU runs a build of the kernels, why not)."""
+    variant, why = cpu_variant()
+    return variant is not None, why
 
 
 def cpu_has_native_bf16() -> bool:
@@ -74,14 +96,20 @@ def build_dir(name: str) -> Path:
     return Path(root) / name
 
 
-def extension_name(source: str) -> str:
-    digest = hashlib.sha256((source + torch.__version__ + " ".join(CFLAGS)).encode()).hexdigest()[:12]
+def extension_name(source: str, cflags: list[str]) -> str:
+    digest = hashlib.sha256((source + torch.__version__ + " ".join(cflags)).encode()).hexdigest()[:12]
     return f"cos_kernels_{digest}"
+
+
+def source_of(variant: str) -> str:
+    """The translation unit of one build: its sources in order, concatenated."""
+    names = VARIANTS[variant]["sources"] + LAST
+    return "\n".join(Path(__file__).with_name(n).read_text() for n in names)
 
 
 def load() -> ModuleType | None:
     """The compiled extension, or None (the reason logged once and kept in `failure()`)."""
-    global _module, _failure
+    global _module, _failure, _variant
     if _module is not None or _failure is not None:
         return _module
     with _lock:
@@ -90,19 +118,20 @@ def load() -> ModuleType | None:
         if os.environ.get("COS_KERNELS", "1") == "0":
             _failure = "COS_KERNELS=0"
         else:
-            ok, why = cpu_supported()
-            if not ok:
+            variant, why = cpu_variant()
+            if variant is None:
                 _failure = why
         if _failure is None:
             try:
                 from torch.utils.cpp_extension import load_inline
 
-                source = "\n".join(path.read_text() for path in SOURCES)
-                name = extension_name(source)
+                source, cflags = source_of(variant), VARIANTS[variant]["cflags"]
+                name = extension_name(source, cflags)
                 folder = build_dir(name)
                 folder.mkdir(parents=True, exist_ok=True)
-                _module = load_inline(name, cpp_sources=[source], extra_cflags=CFLAGS,
+                _module = load_inline(name, cpp_sources=[source], extra_cflags=cflags,
                                       extra_ldflags=LDFLAGS, build_directory=str(folder))
+                _variant = variant
             except Exception as exc:  # no compiler, no ninja, a compile error: keep torch's path
                 lines = str(exc).strip().splitlines()
                 _failure = f"{type(exc).__name__}: {lines[-1] if lines else ''}"
@@ -114,6 +143,12 @@ def load() -> ModuleType | None:
 def failure() -> str | None:
     """Why the kernel is not available (after `load()` returned None), else None."""
     return _failure
+
+
+def variant() -> str | None:
+    """The build loaded here ("avx512" or "avx2"), None where none is."""
+    load()
+    return _variant
 
 
 def available() -> bool:

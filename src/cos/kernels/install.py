@@ -29,8 +29,8 @@ def _fast_forward(module: nn.Linear, original):
 def install_fast_linears(model: nn.Module) -> int:
     """Swap in the kernel path on each bf16 or fp32 CPU nn.Linear of `model`; how many were changed.
 
-    0 when the kernels are unavailable here (no AVX-512, no compiler: the reason is logged once) or the
-    model has no bf16 or fp32 CPU Linear. Installing twice changes nothing the second time.
+    0 when the kernels are unavailable here (neither AVX-512 nor AVX2 + FMA, no compiler: the reason is
+    logged once) or the model has no bf16 or fp32 CPU Linear. Installing twice changes nothing the second time.
     """
     if not build.available():
         return 0

@@ -13,8 +13,8 @@ whatever the other rows are:
   vector and scalar loops; transcendental ops (SiLU's exp, rotary's cos/sin) do not always, and
   torch runs the last elements of a tensor (or of a thread's share) through its scalar loop. Whole rows
   stay on the vector loop where a row's length is a multiple of 128 elements (two AVX-512 vectors of
-  bf16, and each thread's share of a block) and the head dimension a multiple of 32: so those sizes
-  are part of the check (every Llama and Qwen2 release meets them; tiny test models must too).
+  bf16, four AVX2 ones, and each thread's share of a block) and the head dimension a multiple of 32:
+  so those sizes are part of the check (every Llama and Qwen2 release meets them; tiny test models must too).
 Blocks of more than `MAX_ROWS` rows are fed in pieces (Member.score), so a long catch-up is
 invariant too. The prefill keeps torch's fast path: every method runs the same prefill.
 
@@ -38,7 +38,7 @@ CHECKED_MODEL_TYPES = ("llama", "qwen2")
 
 def install_row_kernels(model: nn.Module) -> int:
     """Route `model`'s Linear layers and attention through the row-invariant kernels, where they can
-    run (CPU, bf16 or fp32, AVX-512, a compiler); how many Linear layers were changed."""
+    run (CPU, bf16 or fp32, AVX-512 or AVX2 + FMA, a compiler); how many Linear layers were changed."""
     if next(model.parameters()).device.type != "cpu" or not build.available():
         return 0
     changed = install_fast_linears(model)

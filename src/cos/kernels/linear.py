@@ -1,4 +1,4 @@
-"""`row_linear`: F.linear for bf16 or fp32 CPU inputs of a few rows through the AVX-512 kernels, else torch."""
+"""`row_linear`: F.linear for bf16 or fp32 CPU inputs of a few rows through the kernels (AVX-512 or AVX2), else torch."""
 
 from __future__ import annotations
 
