@@ -60,8 +60,10 @@ class PastDependentSchedule(Schedule):
     def _adaptive(self, *costs) -> int:
         return int(self.rounds + 3 * self.accepted + self.drafted // 2) % (self.gamma + 1)  # accepted: fractional too
 
-    def prefers_standard(self, *costs) -> bool:  # CoS asks before drafting more after a bonus (True: drop)
-        return (self.rounds + self.drafted) % 3 == 0
+    def continuation(self, *costs) -> int | None:  # CoS, after a bonus: drafts more (0..most), None: drop
+        most = costs[-1]
+        pick = int(self.rounds + self.drafted) % (most + 2)
+        return None if pick == most + 1 else pick
 
 
 def force_every_length(engine):

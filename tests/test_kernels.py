@@ -93,7 +93,14 @@ def test_wrapper_shapes_and_non_contiguous_input(ext):
 
 def test_wrapper_falls_back_to_torch(ext):
     x, w, b = operands(kernels.MAX_ROWS + 1, 32, 8)
-    assert torch.equal(bits(row_linear(x, w, b)), bits(F.linear(x, w, b)))  # too many rows
+    if kernels.build.variant() == "avx2":  # bf16 prefills go through the kernel there (linear.max_rows)
+        assert torch.equal(bits(row_linear(x, w, b)), bits(ext.bf16_linear(x, w, b, False)))
+        xf, wf, bf = x.float(), w.float(), b.float()
+        assert torch.equal(row_linear(xf, wf, bf), F.linear(xf, wf, bf))  # fp32: torch's sgemm past MAX_ROWS
+        xl = operands(kernels.linear.WIDEN_ROWS + 1, 32, 8)[0]  # a long prefill: fp32 GEMM, widened
+        assert torch.equal(bits(row_linear(xl, w, b)), bits(F.linear(xl.float(), wf, bf).bfloat16()))
+    else:
+        assert torch.equal(bits(row_linear(x, w, b)), bits(F.linear(x, w, b)))  # too many rows
     xh, wh = x.half()[:2], w.half()
     assert torch.equal(row_linear(xh, wh), F.linear(xh, wh))  # fp16
     with pytest.raises(RuntimeError, match="same dtype"):  # mixed dtypes: torch's path, and torch's error
@@ -174,6 +181,19 @@ def test_each_build_is_one_translation_unit_with_the_same_functions():
         for function in ("torch::Tensor bf16_linear(", "torch::Tensor f32_linear(", "torch::Tensor row_attention("):
             assert source.count(function) == 1, (variant, function)
         assert ("_mm512_" in source) == (variant == "avx512")
+
+
+def test_bf16_prefills_take_the_kernel_only_on_the_avx2_build(monkeypatch):
+    """Past MAX_ROWS torch's GEMM is faster, except bf16 without native bf16 (the AVX2 build's CPUs)."""
+    import math
+
+    from cos.kernels import build, linear
+
+    monkeypatch.setattr(build, "variant", lambda: "avx2")
+    assert linear.max_rows(torch.bfloat16) == math.inf and linear.max_rows(torch.float32) == kernels.MAX_ROWS
+    for variant in ("avx512", None):
+        monkeypatch.setattr(build, "variant", lambda variant=variant: variant)
+        assert linear.max_rows(torch.bfloat16) == linear.max_rows(torch.float32) == kernels.MAX_ROWS
 
 
 def test_native_path_only_where_the_cpu_has_avx512_bf16(monkeypatch):

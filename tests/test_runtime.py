@@ -246,38 +246,48 @@ def test_schedule_alpha_counts_only_drafts_that_were_tested():
     assert schedule.accepted / schedule.drafted < 0.8
 
 
-def test_schedule_prefers_standard_rounds_where_blocks_cost_a_step_per_token():
-    """What CoS asks before a member drafts more after its bonus: True only where the measured costs
-    make a standard round beat every draft length (a block of n costs n steps: bf16 on AVX2)."""
+def test_schedule_continuation_after_a_bonus_follows_the_measured_costs():
+    """What CoS asks before a member drafts more after its bonus (pending, a free draft): None (drop the
+    chain, a standard round next) only where the measured costs make a standard round beat every chain
+    (a block of n costs n steps: torch's bf16 GEMM on AVX2); else the count the §6 model finds fastest."""
     steep = CallCosts({n: 1.0 * n for n in range(1, 8)})
     flat = CallCosts({n: 1.0 for n in range(1, 8)})
     drafter = CallCosts({n: 0.3 * n for n in range(1, 8)})
     schedule = Schedule("adaptive", 5, 1)
-    assert not schedule.prefers_standard(drafter, [steep], True)  # the first measurements not done
+    assert schedule.continuation(drafter, [steep], True, 4) == 4  # the first measurements not done
     for _ in range(3):
         schedule.length(drafter, [steep], True)
     for _ in range(20):
         schedule.observe(5, 1)  # α 0.5
-    assert schedule.prefers_standard(drafter, [steep], True)
-    assert not schedule.prefers_standard(drafter, [flat], True)  # memory-bound: k = 1 with a bonus never loses
-    assert not Schedule("fixed", 5, 1).prefers_standard(drafter, [steep], True)
+
+    def fastest_by_hand(alpha: float, most: int) -> int:  # chain of 1 + j: (1 - α^(j+2)) / (1 - α) for j·0.3 + 1
+        return max(range(most + 1), key=lambda j: ((1 - alpha ** (j + 2)) / (1 - alpha) / (0.3 * j + 1.0), -j))
+
+    assert schedule.continuation(drafter, [steep], True, 4) is None
+    assert schedule.continuation(drafter, [flat], True, 4) == fastest_by_hand(schedule.alpha, 4) == 0
+    for _ in range(400):
+        schedule.observe(5, 5)  # α -> 0.97
+    assert schedule.continuation(drafter, [flat], True, 4) == fastest_by_hand(schedule.alpha, 4) == 4
+    assert schedule.continuation(drafter, [flat], True, 2) == 2 and schedule.continuation(drafter, [flat], True, 0) == 0
+    assert Schedule("fixed", 5, 1).continuation(drafter, [steep], True, 4) == 4
 
 
-def test_cos_dropping_its_pending_proposals_stays_greedy_exact(models, monkeypatch):
-    """CoS drops the pending proposals unverified whenever the schedule prefers standard rounds (forced
-    here from past counts alone, conftest.PastDependentSchedule): output still equals the reference,
-    and the drop did happen."""
+def test_cos_dropping_or_shortening_its_chain_stays_greedy_exact(models, monkeypatch):
+    """After a bonus, CoS drafts as many more as the schedule says, or drops the pending proposals
+    unverified (forced here from past counts alone, conftest.PastDependentSchedule): output still equals
+    the reference, and drops, short and full continuations all happened."""
     pair = [models["base"], models["close"]]  # close relatives: rounds accept, so step 4 is reached
     combination = make_combination("cd", 2)
     ref = reference_generate(pair, combination, PROMPT, 48, SamplingParams(0))
     asked = []
-    prefers = PastDependentSchedule.prefers_standard
-    monkeypatch.setattr(PastDependentSchedule, "prefers_standard",
-                        lambda self, *a: asked.append(prefers(self, *a)) or asked[-1])
+    continuation = PastDependentSchedule.continuation
+    monkeypatch.setattr(PastDependentSchedule, "continuation",
+                        lambda self, *a: asked.append((a[-1], continuation(self, *a))) or asked[-1][1])
     engine = force_every_length(Engine(members(*pair), make_plan("cd_chef", 2, combination, [2, 3], schedule="adaptive")))
     for _ in range(2):
         assert engine.generate(PROMPT, max_new_tokens=48, temperature=0, eos_token_ids=[]).tokens == ref
-    assert True in asked and False in asked
+    answers = {answer for _, answer in asked}
+    assert None in answers and 0 in answers and (2, 2) in asked
 
 
 def test_adaptive_schedule_is_exact_greedy_and_refused_for_standard_methods(models):

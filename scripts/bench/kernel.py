@@ -1,4 +1,4 @@
-"""bench kernel: torch's bf16 F.linear vs cos.kernels' AVX-512 kernel on the Qwen2.5-1.5B shapes, then one Qwen forward.
+"""bench kernel: torch's bf16 F.linear vs cos.kernels' kernel (the AVX-512 or AVX2 build) on the Qwen2.5-1.5B shapes, then one Qwen forward.
 
     nice -n 10 python -m scripts.bench kernel                      # M = 1,2,3,4,6,8; 1 and 2 threads
     nice -n 10 python -m scripts.bench kernel --threads 2 --repeats 15 --shapes gate down

@@ -10,7 +10,9 @@ t_m(n) is member m's moving-average seconds for a forward of n tokens (`CallCost
 verify that costs more than one step (as bf16 on CPUs without native bf16 does) or a draft step that
 slowed under load moves the choice; b = 1 where a full accept ends with a bonus token (sd, `bonus:
 exact`, the alternate proposals of CoS), else 0; α is this generation's acceptance rate, shrunk
-towards the previous generation's (or 0.5) by PRIOR_DRAFTS pseudo-drafts.
+towards the previous generation's (or 0.5) by PRIOR_DRAFTS pseudo-drafts. CoS asks the same model,
+after each bonus, how many more drafts its owner makes (`continuation`: the bonus is a draft made for
+free), or whether to drop the chain for a standard round.
 
 Exactness: the choice depends only on what happened before the round (timings, acceptances), never
 on the round's own draws, and every length verifies its drafts against r the same way, so the
@@ -23,8 +25,8 @@ are accepted; cos/mixture.py), and reports each round's measured seconds beside 
 (`observe_seconds`). The schedule divides the modelled seconds of k by its measured / modelled ratio
 (decayed sums per k, shrunk towards the ratio over all rounds): what the model does not see (Python
 and sampling per round, a catch-up priced off a length never measured, a CPU whose forwards grow with
-the tokens fed) is then paid for in the choice. Measured on we_mix_sd, bf16 on a 2-core AVX2 CPU:
-modelled 0.30 s for rounds of m = 0 that took 0.51.
+the tokens fed) is then paid for in the choice. Measured on we_mix_sd, bf16 through torch's GEMM on a
+2-core AVX2 CPU: modelled 0.30 s for rounds of m = 0 that took 0.51.
 
 The first rounds measure the plan (γ), a standard round (0) and the shortest draft (1); after that
 each PROBE_EVERY-th round runs a neighbour of the current choice (k ± 1, the one measured longer ago),
@@ -66,13 +68,14 @@ def fastest(gamma: int, rate: Callable[[int], float]) -> int:
 
 
 def best_length(alpha: float, gamma: int, bonus: int, draft_step: float, verify: Callable[[int], float],
-                standard: float) -> int:
+                standard: float, free: int = 0) -> int:
     """argmax over k in 0..γ of tokens per second (0 = a standard round); ties keep the shorter.
 
-    draft_step: t_p(1); verify(n): Σ_v t_v(n); standard: Σ_m t_m(1).
+    draft_step: t_p(1); verify(n): Σ_v t_v(n); standard: Σ_m t_m(1); free: drafts already made (CoS's
+    pending bonus: a chain of k then costs k - 1 draft steps).
     """
     return fastest(gamma, lambda k: 1.0 / standard if k == 0 else
-                   expected_tokens(alpha, k, bonus) / (k * draft_step + verify(k + 1)))
+                   expected_tokens(alpha, k, bonus) / ((k - free) * draft_step + verify(k + 1)))
 
 
 class Schedule:
@@ -145,25 +148,30 @@ class Schedule:
         return expected[0] / (expected[1] * self.seconds_ratio(k))
 
     def _best(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,
-              expectation: Expectation | None) -> int:
+              expectation: Expectation | None, gamma: int | None = None, free: int = 0) -> int:
+        gamma = self.gamma if gamma is None else gamma
         if expectation is not None:
-            rounds = [expectation(k, self.alpha) for k in range(self.gamma + 1)]
+            rounds = [expectation(k, self.alpha) for k in range(gamma + 1)]
             if None in rounds:
-                return self.gamma
-            return fastest(self.gamma, lambda k: self._calibrated(rounds[k], k))
+                return gamma
+            return fastest(gamma, lambda k: self._calibrated(rounds[k], k))
         step = proposer(1)
         if step is None or any(v(1) is None for v in verifiers):
-            return self.gamma
+            return gamma
         standard = sum(v(1) for v in verifiers) + (step if proposer_in_r else 0.0)
-        return best_length(self.alpha, self.gamma, self.bonus, step, lambda n: sum(v(n) for v in verifiers), standard)
+        return best_length(self.alpha, gamma, self.bonus, step, lambda n: sum(v(n) for v in verifiers), standard,
+                           free)
 
-    def prefers_standard(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool) -> bool:
-        """Whether, by the costs and α measured now, a standard round beats every draft length (never
-        under `fixed`, nor before the first measurements). Records nothing: CoS asks it before a member
-        drafts more after its own bonus (methods/alternate.py)."""
+    def continuation(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,
+                     most: int) -> int | None:
+        """CoS, after a member drew its bonus (one draft already pending, made for free): how many more
+        it drafts (0..most), or None where a standard round beats every chain by the costs and α
+        measured now (the pending proposals are then dropped). `most` under `fixed` and before the
+        first measurements. Records nothing (methods/alternate.py step 4)."""
         if self.kind == "fixed" or any(k not in self.last_run for k in (self.gamma, 0, 1)):
-            return False
-        return self._best(proposer, verifiers, proposer_in_r, None) == 0
+            return most
+        k = self._best(proposer, verifiers, proposer_in_r, None, gamma=most + 1, free=1)
+        return None if k == 0 else k - 1
 
     def observe_seconds(self, k: int, measured: float, modelled: float) -> None:
         """A round of k took `measured` seconds where the loop's expectation said `modelled`."""

@@ -8,10 +8,11 @@ head-aligned prefix of S_c. One round:
      (drawn from its own distribution, to be verified later like any draft);
   3. while every member has the head cached, the head block is verified against r; a rejection
      commits the residual, clears everything and restarts from the default proposer;
-  4. if nothing was rejected and the scorer's γ > 1, it drafts γ-1 more after committed + S_c; but
-     where the adaptive schedule measures standard rounds faster than any draft (a CPU whose forwards
-     grow with the tokens fed, as bf16 without native bf16 does), the pending proposals are dropped
-     unverified instead, and the next round is a standard one.
+  4. if nothing was rejected, the scorer drafts γ-1 more after committed + S_c (the adaptive schedule:
+     the count in 0..γ-1 its cost model measures fastest, the bonus counted as a free draft); where it
+     measures standard rounds faster than any chain (a CPU whose forwards grow with the tokens fed, as
+     torch's bf16 GEMM does without native bf16 and without the kernels), the pending proposals are
+     dropped unverified instead, and the next round is a standard one.
 Drafts are always conditioned on committed + accepted + pending tokens (no stale context). Dropping
 unverified proposals is exact: the choice depends on past timings and acceptances, never on their
 values, and nothing of them was committed.
@@ -92,12 +93,13 @@ class AlternateLoop:
             self.pending = self.pending[n:]
             self.q = None if greedy else self.q[n:]
             self.cached = [c[n:] if c.shape[0] > n else None for c in self.cached]
-        # 4. nothing rejected: the scorer drafts γ-1 more tokens after committed + pending, unless the
-        #    schedule measures standard rounds faster: then the chain stops here (its proposals dropped)
-        #    and the next round is a standard one, as the default proposer's own choice would have been
+        # 4. nothing rejected: the scorer drafts up to γ-1 more tokens after committed + pending (as many
+        #    as the schedule measures fastest), unless it measures standard rounds faster: then the chain
+        #    stops here (its proposals dropped) and the next round is a standard one
         others = [c.costs for i, c in enumerate(st.members) if i != m]
-        if self.schedule.prefers_standard(st.members[m].costs, others, True):
+        more = self.schedule.continuation(st.members[m].costs, others, True, self.gammas[m] - 1)
+        if more is None:
             self._clear()
-        elif self.gammas[m] > 1 and not st.done:
-            self._draft(m, self.gammas[m] - 1)
+        elif more > 0 and not st.done:
+            self._draft(m, more)
         return emitted
