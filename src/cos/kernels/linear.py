@@ -50,7 +50,8 @@ def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 
 def kernel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The kernel's path for a call that `kernel_applies` accepted (F.linear where it is unavailable)."""
+    """The kernel's path for a call that `kernel_applies` accepted (F.linear where it is unavailable;
+    bf16 past WIDEN_ROWS rows, which only the AVX2 build lets in: torch's fp32 GEMM on widened copies)."""
     ext = build.load()
     if ext is None:
         return F.linear(x, weight, bias)
