@@ -19,7 +19,7 @@ from cos import Custom, Engine, SamplingParams, make_combination, make_plan
 from cos.acceptance import NO_TOKEN
 from cos.member import Member
 from cos.methods import mixture as mixture_loop
-from cos.mixture import Coins, plan_block, predicted_speedup, round_expectation
+from cos.mixture import Coins, block_seconds, plan_block, predicted_speedup, round_expectation
 from cos.sampling import sample, to_probs
 from cos.schedule import PROBE_EVERY, CallCosts, Schedule
 from table_member import TableMember
@@ -186,15 +186,16 @@ def test_coins_follow_the_weights_and_never_draw_a_zero_weight():
 # ----------------------------------------------------------------- the cost model
 def brute_force(weights, proposer, m, cap, beta, t):
     """E[tokens], E[seconds] of a round by enumerating its coins and acceptance outcomes, via plan_block.
-    t(i, n): member i's seconds for a forward that feeds n tokens."""
+    t(i, n): member i's seconds for a forward that feeds n tokens; beta: one chance, or one per depth."""
+    betas = [beta] * cap if isinstance(beta, float) else beta
     tokens = seconds = 0.0
     for z in itertools.product(range(len(weights)), repeat=cap + 1):
         p = math.prod(weights[i] for i in z)
         b = plan_block(z, proposer, m, cap)
         seconds += p * (b.drafted * t(proposer, 1) + sum(t(k, b.drafted + 1) for k in b.verifiers))
         for i, f in enumerate(b.foreign):  # the first rejection at the i-th foreign position
-            tokens += p * beta**i * (1 - beta) * (f + 1)
-        reach = beta ** len(b.foreign)
+            tokens += p * math.prod(betas[:i]) * (1 - betas[i]) * (f + 1)
+        reach = math.prod(betas[:len(b.foreign)])
         tokens += p * reach * (b.drafted + 1)
         fed = 1 if b.closing == proposer else b.drafted + 1  # another owner catches up on the block
         seconds += p * reach * (0.0 if b.closing in b.verifiers else t(b.closing, fed))
@@ -211,6 +212,21 @@ def test_cost_model_equals_brute_force(weights, proposer, m, per_token):
     seconds = lambda i, n: t[i] * (1 + per_token * (n - 1))
     got = round_expectation(weights, proposer, m, 4, 0.7, seconds)
     assert got == pytest.approx(brute_force(weights, proposer, m, 4, 0.7, seconds))
+    by_depth = [0.8, 0.6, 0.5, 0.3]  # the (i+1)-th foreign position of a round accepted less often
+    got = round_expectation(weights, proposer, m, 4, by_depth, seconds)
+    assert got == pytest.approx(brute_force(weights, proposer, m, 4, by_depth, seconds))
+
+
+def test_a_round_is_priced_by_the_calls_its_block_makes():
+    """What the schedule's calibration compares a round's measured seconds with: d proposer steps, a
+    pass of d + 1 tokens per verifier, and for the closing position nothing (a verifier owns it: the
+    bonus), a proposer step, or its owner's catch-up over the block (d + 1 tokens fed)."""
+    t = lambda i, n: [0.5, 1.0, 2.0][i] * (1 + 0.25 * (n - 1))
+    assert block_seconds(3, {1}, 1, 0, t) == (3 * 0.5 + 1.75, 0.0)
+    assert block_seconds(3, {1}, 0, 0, t) == (3 * 0.5 + 1.75, 0.5)
+    assert block_seconds(3, {1}, 2, 0, t) == (3 * 0.5 + 1.75, 2.0 * 1.75)
+    assert block_seconds(2, set(), 1, 0, t) == (2 * 0.5, 1.0 * 1.5)  # m = 0: the ME step closes
+    assert block_seconds(2, {1}, 2, 0, lambda i, n: None if i == 2 else 1.0) is None
 
 
 def test_cost_model_predictions():

@@ -246,6 +246,26 @@ def test_schedule_alpha_counts_only_drafts_that_were_tested():
     assert schedule.accepted / schedule.drafted < 0.8
 
 
+def test_schedule_counts_acceptance_by_depth_and_fills_unseen_depths_from_the_one_above():
+    """alphas[i]: the chance the (i+1)-th draft of a round is accepted once the i before it were. Rounds
+    whose first draft passes at 0.9 and whose second at 0.5 read as such, not as a pooled 0.64 that
+    overrates long rounds; depths no round reached read as the deepest one measured."""
+    schedule = Schedule("adaptive", 5, 1)
+    assert schedule.alphas() == pytest.approx([0.5] * 5)  # nothing seen: the prior at every depth
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(4000):
+        first, second = (torch.rand(2, generator=generator) < torch.tensor([0.9, 0.5])).tolist()
+        schedule.observe(2, 0 if not first else 1 if not second else 2)
+    alphas = schedule.alphas()
+    assert alphas[0] == pytest.approx(0.9, abs=0.015) and alphas[1] == pytest.approx(0.5, abs=0.03)
+    assert alphas[2:] == pytest.approx([alphas[1]] * 3)
+    assert schedule.alpha == pytest.approx((0.9 + 0.45) / (1 + 0.9), abs=0.02)  # pooled: accepted / tested
+    before = [list(depth) for depth in schedule.depths]
+    schedule.observe_chance(0.25)  # evidence without a draft counts where a round's first draft would be
+    assert schedule.depths[0] == pytest.approx([before[0][0] + 0.25, before[0][1] + 1])
+    assert schedule.depths[1:] == before[1:]
+
+
 def test_schedule_continuation_after_a_bonus_follows_the_measured_costs():
     """What CoS asks before a member drafts more after its bonus (pending, a free draft): None (drop the
     chain, a standard round next) only where the measured costs make a standard round beat every chain

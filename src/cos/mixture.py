@@ -18,8 +18,9 @@ one forward, sampling from its own p: the ME step). m = 0 is ME: nothing foreign
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -75,35 +76,49 @@ def plan_block(z: Sequence[int], proposer: int, m: int, cap: int) -> Block:
 
 
 # --------------------------------------------------------------------------- the cost model (§6)
-def round_expectation(weights: Sequence[float], proposer: int, m: int, cap: int, beta: float,
+def block_seconds(drafted: int, verifiers: Collection[int], closing: int, proposer: int,
+                  seconds: Seconds) -> tuple[float, float] | None:
+    """(seconds of a block's calls, seconds of emitting its closing position) under the cost model; None
+    while a cost is not measured. The block: each drafted position one proposer step, each verifier one
+    pass over it (drafted + 1 tokens fed). The closing position, emitted only after a fully accepted
+    block, costs nothing when a verifier owns it (the bonus), one proposer step when the proposer owns
+    it, and otherwise one forward of its owner that catches up on the block: drafted + 1 tokens fed,
+    priced as such (on a CPU where a forward's cost grows with the tokens fed, as bf16 without native
+    bf16 does, that catch-up costs drafted + 1 steps and ME saves nothing; charging it one step made
+    the schedule expect 6.6 tokens/s of rounds that ran 3.9)."""
+    step = seconds(proposer, 1)
+    verify = [seconds(k, drafted + 1) for k in verifiers]
+    close = 0.0 if closing in verifiers else seconds(closing, 1 if closing == proposer else drafted + 1)
+    if step is None or close is None or None in verify:
+        return None
+    return drafted * step + sum(verify), close
+
+
+def round_expectation(weights: Sequence[float], proposer: int, m: int, cap: int, beta: float | Sequence[float],
                       seconds: Seconds) -> tuple[float, float] | None:
     """(expected tokens, expected seconds) of one round that drafts m foreign positions (at most `cap`
     drafted), over the coins; None while a cost it needs is not measured.
 
-    beta: the chance a drafted foreign position is accepted (Σ min(p_s, p_k), pooled over members).
-    Costs: each drafted position one proposer step; each verifier one pass over the block (its fed
-    length d + 1); the closing position, emitted only after a fully accepted block, costs nothing when
-    a verifier owns it (the bonus), one proposer step when the proposer owns it, and otherwise one
-    forward of its owner that catches up on the d positions it skipped: d + 1 tokens fed, priced as
-    such (on a CPU where a forward's cost grows with the tokens fed, as bf16 without native bf16 does,
-    that catch-up costs d + 1 steps and ME saves nothing; charging it one step made the schedule
-    expect 6.6 tokens/s of rounds that ran 3.9). The scan is a stopping rule
-    on fresh coins and every coin a round reads is emitted unless a rejection ends the round first,
-    so rounds are independent and tokens / seconds is the long-run rate of the policy."""
+    beta: the chance a drafted foreign position is accepted (Σ min(p_s, p_k), pooled over members); a
+    sequence: beta[i] for the (i+1)-th foreign position of the round, given the i before it were
+    accepted. Each round's calls are priced by `block_seconds`. The scan is a stopping rule on fresh
+    coins and every coin a round reads is emitted unless a rejection ends the round first, so rounds
+    are independent and tokens / seconds is the long-run rate of the policy."""
     live = [(k, w) for k, w in enumerate(weights) if w > 0]
-    step = seconds(proposer, 1)
+    betas = [beta] * m if isinstance(beta, (int, float)) else list(beta[:m])
+    assert len(betas) == m, f"{m} foreign positions need {m} acceptance chances, got {len(betas)}"
+    reach = list(itertools.accumulate(betas, operator.mul, initial=1.0))  # reach[i]: the first i accepted
     tokens = time = 0.0
-    missing = step is None
+    missing = False
 
     def end(p: float, d: int, i: int, verifiers: frozenset[int], closing: int) -> None:
         nonlocal tokens, time, missing
-        verify = [seconds(k, d + 1) for k in verifiers]
-        close = 0.0 if closing in verifiers else seconds(closing, 1 if closing == proposer else d + 1)
-        if step is None or close is None or None in verify:
+        priced = block_seconds(d, verifiers, closing, proposer, seconds)
+        if priced is None:
             missing = True
             return
-        tokens += p * beta**i * (d + 1)  # every verified position accepted: the block and its closing
-        time += p * (d * step + sum(verify) + beta**i * close)
+        tokens += p * reach[i] * (d + 1)  # every verified position accepted: the block and its closing
+        time += p * (priced[0] + reach[i] * priced[1])
 
     states: dict[tuple[int, frozenset[int]], float] = {(0, frozenset()): 1.0}  # (foreign so far, owners) -> P
     for j in range(cap):
@@ -115,7 +130,7 @@ def round_expectation(weights: Sequence[float], proposer: int, m: int, cap: int,
                 elif i == m:  # the (m+1)-th foreign position closes the block
                     end(p * w, j, i, owners, k)
                 else:  # the (i+1)-th foreign position: drafted; a rejection here emits j + 1 tokens
-                    tokens += p * w * beta**i * (1 - beta) * (j + 1)
+                    tokens += p * w * reach[i] * (1 - betas[i]) * (j + 1)
                     scanned[i + 1, owners | {k}] += p * w
         states = scanned
     for (i, owners), p in states.items():  # `cap` drafted: the closing position's owner is a fresh coin
@@ -124,7 +139,8 @@ def round_expectation(weights: Sequence[float], proposer: int, m: int, cap: int,
     return None if missing or time <= 0 else (tokens, time)
 
 
-def rate(weights: Sequence[float], proposer: int, m: int, cap: int, beta: float, seconds: Seconds) -> float | None:
+def rate(weights: Sequence[float], proposer: int, m: int, cap: int, beta: float | Sequence[float],
+         seconds: Seconds) -> float | None:
     """Expected tokens per second of rounds drafting m foreign positions (None while a cost is unmeasured)."""
     value = round_expectation(weights, proposer, m, cap, beta, seconds)
     return None if value is None else value[0] / value[1]

@@ -19,14 +19,20 @@ on the round's own draws, and every length verifies its drafts against r the sam
 output keeps the distribution of r (greedy: the same tokens; tested). Timings differ between runs,
 so under sampling a seed fixes the distribution, not the draw: use `fixed` for seed-reproducible text.
 
-A loop with another model of a round passes its own `expectation(k, α)`, (expected tokens, expected
-seconds) of a round (we_mix_sd: k = foreign positions drafted per round, α = the rate at which they
-are accepted; cos/mixture.py), and reports each round's measured seconds beside the model's
-(`observe_seconds`). The schedule divides the modelled seconds of k by its measured / modelled ratio
-(decayed sums per k, shrunk towards the ratio over all rounds): what the model does not see (Python
-and sampling per round, a catch-up priced off a length never measured, a CPU whose forwards grow with
-the tokens fed) is then paid for in the choice. Measured on we_mix_sd, bf16 through torch's GEMM on a
-2-core AVX2 CPU: modelled 0.30 s for rounds of m = 0 that took 0.51.
+A loop with another model of a round passes its own `expectation(k, alphas)`, (expected tokens,
+expected seconds) of a round (we_mix_sd: k = foreign positions drafted per round; cos/mixture.py), where
+alphas[i] is the chance the (i+1)-th draft of a round is accepted once the i before it were (`alphas`:
+counted per depth, each shrunk towards the depth before it, so a depth never reached reads as the one
+above it). Pooling depths overrated long rounds: on we_mix_sd at β 0.6 the second foreign position of
+a round was accepted less often than the first, rounds of m = 2 brought 2.9 tokens where the pooled β
+promised 3.3, and m = 2 ran in a third of the rounds at 0.83x the rate of m = 1.
+Such a loop reports each round's measured seconds beside what the model prices that very round at
+(`observe_seconds`: the calls its block made, not the expectation over blocks, so a round that drew a
+long block by chance does not read as a slow one). The schedule divides the modelled seconds of k by
+its measured / priced ratio (decayed sums per k, shrunk towards the ratio over all rounds): what the
+model does not see (Python and sampling per round, a catch-up priced off a length never measured, a
+CPU whose forwards grow with the tokens fed) is then paid for in the choice. Measured on we_mix_sd,
+bf16 through torch's GEMM on a 2-core AVX2 CPU: modelled 0.30 s for rounds of m = 0 that took 0.51.
 
 The first rounds measure the plan (γ), a standard round (0) and the shortest draft (1); after that
 each PROBE_EVERY-th round runs a neighbour of the current choice (k ± 1, the one measured longer ago),
@@ -43,7 +49,7 @@ from collections.abc import Callable, Sequence
 from .costs import CallCosts
 
 SCHEDULES = ("fixed", "adaptive")
-Expectation = Callable[[int, float], "tuple[float, float] | None"]  # (k, α) -> (tokens, seconds) of a round
+Expectation = Callable[[int, Sequence[float]], "tuple[float, float] | None"]  # (k, α per depth) -> (tokens, seconds)
 PRIOR_DRAFTS = 4.0
 PROBE_EVERY = 16
 CALIBRATION_DECAY = 0.9  # weight kept by older rounds in the measured / modelled seconds sums
@@ -95,6 +101,7 @@ class Schedule:
         """A new generation: acceptance counts restart, shrunk towards the last generation's rate."""
         self.drafted = self.accepted = 0
         self.tested = 0  # drafts whose verdict was seen: the accepted, and each round's first rejected
+        self.depths = [[0.0, 0] for _ in range(self.gamma)]  # per depth in a round: [accepted, tested]
         self.chosen: dict[int, int] = {}  # k -> rounds this generation, for the statistics
 
     def finish(self) -> None:
@@ -107,6 +114,16 @@ class Schedule:
         rejection, so the drafts after it were never tested; counting them (accepted / drafted) reads
         β = 0.9 at γ = 5 as 0.74, and the adaptive schedule then drafts too little."""
         return (self.accepted + PRIOR_DRAFTS * self.prior) / (self.tested + PRIOR_DRAFTS)
+
+    def alphas(self) -> list[float]:
+        """α by depth: alphas[i] = the chance the (i+1)-th draft of a round is accepted given the i before
+        it were, shrunk by PRIOR_DRAFTS pseudo-drafts towards depth i - 1 (depth 0: towards the previous
+        generation's α, as `alpha`), so depths seldom reached read as the depth above them."""
+        out, anchor = [], self.prior
+        for accepted, tested in self.depths:
+            anchor = (accepted + PRIOR_DRAFTS * anchor) / (tested + PRIOR_DRAFTS)
+            out.append(anchor)
+        return out
 
     def length(self, proposer: CallCosts, verifiers: Sequence[CallCosts], proposer_in_r: bool,
                expectation: Expectation | None = None) -> int:
@@ -138,7 +155,8 @@ class Schedule:
         measured per call and its α comes without probing (we_mix_sd: every ME step is β evidence),
         so a probe there only refreshes k's calibration, and where drafting foreign positions loses
         clearly (a CPU whose forwards grow with the tokens fed) a probe every 16 rounds cost 3%."""
-        expected = None if expectation is None else (expectation(k, self.alpha), expectation(best, self.alpha))
+        alphas = self.alphas()
+        expected = None if expectation is None else (expectation(k, alphas), expectation(best, alphas))
         if expected is None or None in expected:
             return True
         return self._calibrated(expected[0], k) >= (1 - PROBE_MARGIN) * self._calibrated(expected[1], best)
@@ -151,7 +169,8 @@ class Schedule:
               expectation: Expectation | None, gamma: int | None = None, free: int = 0) -> int:
         gamma = self.gamma if gamma is None else gamma
         if expectation is not None:
-            rounds = [expectation(k, self.alpha) for k in range(gamma + 1)]
+            alphas = self.alphas()
+            rounds = [expectation(k, alphas) for k in range(gamma + 1)]
             if None in rounds:
                 return gamma
             return fastest(gamma, lambda k: self._calibrated(rounds[k], k))
@@ -174,7 +193,7 @@ class Schedule:
         return None if k == 0 else k - 1
 
     def observe_seconds(self, k: int, measured: float, modelled: float) -> None:
-        """A round of k took `measured` seconds where the loop's expectation said `modelled`."""
+        """A round of k took `measured` seconds where the loop's model priced its calls at `modelled`."""
         for key in (k, None):
             sums = self.seconds_sums.setdefault(key, [0.0, 0.0, 0.0])
             for i, value in enumerate((measured, modelled, 1.0)):
@@ -194,9 +213,17 @@ class Schedule:
         self.drafted += drafted
         self.accepted += accepted
         self.tested += accepted + (accepted < drafted)
+        for depth in self.depths[:min(accepted + 1, drafted)]:  # accepted up to `accepted`, then the rejected
+            depth[1] += 1
+        for depth in self.depths[:accepted]:
+            depth[0] += 1
 
     def observe_chance(self, chance: float) -> None:
         """Evidence without a draft: the chance a draft would have been accepted at a position, counted
-        as one tested draft (we_mix_sd: Σ min(p_s, p_k) where member k emitted its own position)."""
+        as one tested draft at depth 0 (we_mix_sd: Σ min(p_s, p_k) where member k emitted its own
+        position, after the proposer's own positions: where a round's first foreign draft would be)."""
         self.accepted += chance
         self.tested += 1
+        if self.depths:
+            self.depths[0][0] += chance
+            self.depths[0][1] += 1

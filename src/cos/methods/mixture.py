@@ -29,7 +29,7 @@ import time
 import torch
 
 from ..acceptance import NO_TOKEN, verify_block
-from ..mixture import Coins, plan_block, round_expectation
+from ..mixture import Coins, block_seconds, plan_block, round_expectation
 from ..proposer import MemberProposer
 from ..sampling import sample, to_probs
 from ..schedule import Schedule
@@ -61,11 +61,14 @@ class MixtureLoop:
         others = [m.costs for i, m in enumerate(members) if i != self.s]
         return self.schedule.length(members[self.s].costs, others, True, self._expectation)
 
-    def _expectation(self, m: int, beta: float) -> tuple[float, float] | None:
+    def _seconds(self, member: int, fed: int) -> float | None:
+        return self.st.members[member].costs(fed)
+
+    def _expectation(self, m: int, betas: list[float]) -> tuple[float, float] | None:
         """(Expected tokens, expected seconds) of a round drafting m foreign positions (cos/mixture.py's
-        cost model with the members' measured seconds per forward); None while a cost is not measured."""
-        members = self.st.members
-        return round_expectation(self.weights, self.s, m, self.gamma, beta, lambda i, n: members[i].costs(n))
+        cost model with the members' measured seconds per forward, β by depth in the round); None while
+        a cost is not measured."""
+        return round_expectation(self.weights, self.s, m, self.gamma, betas, self._seconds)
 
     def _own_step(self, member: int, seq: torch.Tensor) -> torch.Tensor:
         """The ME step: a member catches up on everything it skipped in one forward, samples from its p."""
@@ -92,10 +95,11 @@ class MixtureLoop:
         # 1. the coins of the positions ahead fix the block; m from the past alone
         started = time.perf_counter()
         m = self._foreign_to_draft()
-        modelled = self._expectation(m, self.schedule.alpha) if self.learns and cap == self.gamma else None
         z = self.coins.ahead(cap + 1)
         block = plan_block(z, self.s, m, cap)
         closes = block.drafted < budget  # the closing position is still within max_new_tokens
+        priced = block_seconds(block.drafted, block.verifiers, block.closing, self.s, self._seconds) \
+            if self.learns and cap == self.gamma else None
         # 2. the proposer drafts the block (its own positions are final unless a foreign one is rejected)
         tokens = st.seq.new_empty(0)
         if block.drafted:
@@ -126,6 +130,7 @@ class MixtureLoop:
         # 5. commit (members keep what was fed before the first rejected position), spend the coins
         self.coins.consume(len(emitted))
         emitted = st.commit(emitted, keep_cached=start + n_keep)
-        if modelled is not None:  # what the round cost against what the model expected of it
-            self.schedule.observe_seconds(m, time.perf_counter() - started, modelled[1])
+        if priced is not None:  # what the round cost against what the model prices its calls at
+            closed = n_keep == block.drafted and closes  # the closing position was emitted (free if a bonus)
+            self.schedule.observe_seconds(m, time.perf_counter() - started, priced[0] + closed * priced[1])
         return emitted
