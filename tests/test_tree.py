@@ -16,7 +16,7 @@ from cos.member import Member
 from cos.methods.reference import reference_generate
 from cos.sampling import SamplingParams
 from cos.tree import ROOT, DraftTree
-from cos.tree_draft import TreeShape, lookup_continuation
+from cos.tree_draft import TreeShape, lookup_continuation, propose_tree
 
 PROMPT = [3, 17, 42, 8, 23]
 GREEDY = SamplingParams(temperature=0)
@@ -158,8 +158,11 @@ def test_tree_configuration_errors_name_the_fix():
         make_plan("we_sd", 2, we, 4, tree={"nodes": 16, "width": 2})
     with pytest.raises(ValueError, match="tree width must be an int in 1..nodes"):
         make_plan("we_sd", 2, we, 4, tree={"nodes": 4, "width": 5})
-    with pytest.raises(ValueError, match=r"tree must be none, \{nodes: N, width: W, lookup: L\} or NxW\+L"):
+    with pytest.raises(ValueError, match=r"tree must be none, \{nodes: N, width: W, lookup: L, children: distinct\|iid\} "
+                                         r"or NxW\+L:iid"):
         make_plan("we_sd", 2, we, 4, tree={"depth": 3})
+    with pytest.raises(ValueError, match="tree children must be one of distinct, iid"):
+        make_plan("we_sd", 2, we, 4, tree="7x2:unique")
     with pytest.raises(ValueError, match="use schedule=fixed with a tree"):
         make_plan("we_sd", 2, we, 4, schedule="adaptive", tree={"nodes": 4, "width": 2})
     with pytest.raises(ValueError, match="draft_threshold"):
@@ -171,8 +174,35 @@ def test_tree_configuration_errors_name_the_fix():
     assert TreeShape(6, 3).depth == 2 and TreeShape(7, 3).depth == 3 and TreeShape(7, 3).level_size(2) == 1
     assert make_plan("we_sd", 2, we, 4, tree="7x2+3").tree == TreeShape(7, 2, 3)
     assert make_plan("we_sd", 2, we, 4, tree={"nodes": 7, "width": 2, "lookup": 3}).tree == TreeShape(7, 2, 3)
+    assert make_plan("we_sd", 2, we, 4, tree="7x2+3:iid").tree == TreeShape(7, 2, 3, "iid")
+    assert make_plan("we_sd", 2, we, 4, tree={"nodes": 7, "width": 2, "children": "iid"}).tree.children == "iid"
+    assert TreeShape(7, 2).children == "distinct"
     with pytest.raises(ValueError, match=r"tree lookup must be an int in 0..3 \(nodes \+ lookup <= 15"):
         make_plan("we_sd", 2, we, 4, tree="12x3+4")
+
+
+def test_sampled_children_are_drawn_without_replacement_unless_iid():
+    """distinct (the default): a node's k-th child is drawn from q without its earlier children,
+    renormalised, and that row is the k-th trial's q (recursive rejection sampling), so no slot holds a
+    duplicate; iid: every sibling is a trial on q itself, and a token drawn twice is one node, two trials."""
+    from table_member import TableMember
+
+    member, params, seq = TableMember(seed=3, vocab=5, scale=1.0, name="m"), SamplingParams(1.0), torch.tensor([1, 2])
+    q = torch.softmax(member.logits_at(seq, torch.tensor([2]))[0].float(), -1)
+    duplicates = 0
+    for seed in range(20):
+        generator = torch.Generator().manual_seed(seed)
+        draft = propose_tree(member, seq, TreeShape(4, 4), params, generator)
+        trials, tokens = draft.trials[0], [draft.tree.tokens[node] for node, _ in draft.trials[0]]
+        assert len(set(tokens)) == len(tokens) == 4 and [row for _, row in trials] == [0, 1, 2, 3]
+        for k, (_, row) in enumerate(trials):
+            expected = q.clone()
+            expected[tokens[:k]] = 0
+            assert torch.allclose(draft.q[row], expected / expected.sum(), atol=1e-6)
+        iid = propose_tree(member, seq, TreeShape(4, 4, children="iid"), params, torch.Generator().manual_seed(seed))
+        assert [row for _, row in iid.trials[0]] == [0] * 4 and torch.allclose(iid.q[0], q, atol=1e-6)
+        duplicates += len(iid.tree) < 4
+    assert duplicates > 0  # the i.i.d. draws repeat a token in some seeds: the case `distinct` avoids
 
 
 def test_lookup_copies_what_followed_the_latest_match():

@@ -232,19 +232,21 @@ class Plan:
 
 def parse_tree(tree) -> TreeShape | None:
     """`tree` as users give it: None / "none" (chains, the paper's), a mapping {nodes: N, width: W,
-    lookup: L (optional, 0)}, "NxW" or "NxW+L" (the same in one word), or a TreeShape."""
+    lookup: L (optional, 0), children: distinct | iid (optional, distinct)}, "NxW", "NxW+L" or
+    "NxW+L:iid" (the same in one word), or a TreeShape."""
     if tree is None or isinstance(tree, TreeShape):
         return tree
     if isinstance(tree, str) and tree.lower() == "none":
         return None
-    word = re.fullmatch(r"(\d+)x(\d+)(?:\+(\d+))?", tree.strip()) if isinstance(tree, str) else None
-    if word:  # "7x2" or "7x2+3": the one-word form (lm-eval's model_args)
-        return TreeShape(int(word[1]), int(word[2]), int(word[3] or 0))
-    if hasattr(tree, "keys") and {"nodes", "width"} <= set(tree.keys()) <= {"nodes", "width", "lookup"}:
-        return TreeShape(tree["nodes"], tree["width"], tree.get("lookup", 0))
-    raise ValueError(f"tree must be none, {{nodes: N, width: W, lookup: L}} or NxW+L (at most W nodes per level, "
-                     f"N in total, L optional: a branch copied from the context), "
-                     f"got {tree!r}")
+    word = re.fullmatch(r"(\d+)x(\d+)(?:\+(\d+))?(?::(\w+))?", tree.strip()) if isinstance(tree, str) else None
+    if word:  # "7x2", "7x2+3" or "7x2+3:iid": the one-word form (lm-eval's model_args)
+        return TreeShape(int(word[1]), int(word[2]), int(word[3] or 0), word[4] or "distinct")
+    keys = {"nodes", "width", "lookup", "children"}
+    if hasattr(tree, "keys") and {"nodes", "width"} <= set(tree.keys()) <= keys:
+        return TreeShape(tree["nodes"], tree["width"], tree.get("lookup", 0), tree.get("children", "distinct"))
+    raise ValueError(f"tree must be none, {{nodes: N, width: W, lookup: L, children: distinct|iid}} or NxW+L:iid "
+                     f"(at most W nodes per level, N in total, L optional: a branch copied from the context; "
+                     f"sampled children drawn without replacement unless :iid), got {tree!r}")
 
 
 def make_plan(

@@ -23,9 +23,9 @@ A loop with another model of a round passes its own `expectation(k, alphas)`, (e
 expected seconds) of a round (we_mix_sd: k = foreign positions drafted per round; cos/mixture.py), where
 alphas[i] is the chance the (i+1)-th draft of a round is accepted once the i before it were (`alphas`:
 counted per depth, each shrunk towards the depth before it, so a depth never reached reads as the one
-above it). Pooling depths overrated long rounds: on we_mix_sd at β 0.6 the second foreign position of
-a round was accepted less often than the first, rounds of m = 2 brought 2.9 tokens where the pooled β
-promised 3.3, and m = 2 ran in a third of the rounds at 0.83x the rate of m = 1.
+above it). Pooling depths overrated long rounds: on we_mix_sd (MMLU, λ 0.3, pooled β ≈ 0.6) rounds of
+m = 2 brought 2.8-2.9 tokens where the pooled β promised 3.0-3.3 (m = 1: 2.5, as promised), and m = 2
+ran in a third of one run's rounds at 0.83x the rate of m = 1.
 Such a loop reports each round's measured seconds beside what the model prices that very round at
 (`observe_seconds`: the calls its block made, not the expectation over blocks, so a round that drew a
 long block by chance does not read as a slow one). The schedule divides the modelled seconds of k by

@@ -9,11 +9,17 @@ product of its probabilities along a node's path, EAGLE-2's score):
 - greedy: every node of a level proposes its top-`width` tokens; the `width` best by path score are kept
   (the verdict is argmax r, so any tree is exact);
 - sampling: the level's `width` draws are shared among the best nodes in proportion to their path
-  probability BEFORE anything is drawn, then each node draws its share i.i.d. from its own q. A token
-  drawn twice under one node is one node of the tree and two trials (acceptance_tree.py): the siblings
-  are independent draws from q given everything before them, which is what multi-round speculative
-  sampling needs to be exact. Choices that depend on the values of the nodes' own children (keeping the
-  likeliest draws, dropping duplicates) would break it, so none is made.
+  probability BEFORE anything is drawn, then each node draws its share from its own q:
+  - `children="distinct"` (the default): without replacement. Each draw comes from q with the node's
+    earlier draws removed and renormalised, and that row is the trial's q, so acceptance_tree.py's walk
+    is recursive rejection sampling (Jeon et al. 2024): no slot is spent on a duplicate, and a rejected
+    sibling's token has no mass left in the residual either. A node whose q has no mass left (top-k /
+    top-p) stops drawing: a choice made from its earlier draws only, before the next one.
+  - `children="iid"`: i.i.d. from q (SpecInfer). A token drawn twice under one node is one node of the
+    tree and two trials: the siblings are independent draws from q given everything before them.
+  Either way every trial's token is drawn from its row given everything before it, which is what the
+  walk needs to be exact. Choices that depend on the value of the draw being made (keeping the likeliest
+  draws, dropping a duplicate after it was drawn) would break it, so none is made.
 `lookup` > 0 adds a free branch (prompt lookup, as transformers' `prompt_lookup_num_tokens`): the tokens that
 followed the latest earlier occurrence of the last few tokens of prompt + output, one more trial per slot
 with a one-hot q (they depend on the context alone). It costs no proposer step, only rows: the verifiers
@@ -33,6 +39,7 @@ from .sampling import SamplingParams, pick, to_probs
 from .tree import ROOT, DraftTree
 
 MAX_NODES = 15  # a tree verify feeds the root token and the nodes: 16 rows, what the row kernels cover
+CHILDREN = ("distinct", "iid")  # how a node's sampled children are drawn: without replacement, or i.i.d.
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class TreeShape:
     nodes: int
     width: int
     lookup: int = 0  # the free branch: up to this many tokens copied from the context (0 = off)
+    children: str = "distinct"  # sampled children: without replacement, or "iid"
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
@@ -51,9 +59,13 @@ class TreeShape:
                 not 0 <= self.lookup <= MAX_NODES - self.nodes:
             raise ValueError(f"tree lookup must be an int in 0..{MAX_NODES - self.nodes} (nodes + lookup <= "
                              f"{MAX_NODES}: one verify pass), got {self.lookup!r}")
+        if self.children not in CHILDREN:
+            raise ValueError(f"tree children must be one of {', '.join(CHILDREN)} (how a node's sampled children "
+                             f"are drawn: without replacement, or i.i.d.), got {self.children!r}")
 
     def describe(self) -> str:
-        return f"nodes {self.nodes} width {self.width}" + (f" lookup {self.lookup}" if self.lookup else "")
+        return (f"nodes {self.nodes} width {self.width}" + (f" lookup {self.lookup}" if self.lookup else "")
+                + (" iid" if self.children == "iid" else ""))
 
     @property
     def depth(self) -> int:
@@ -132,7 +144,8 @@ def propose_tree(member: Member, seq: torch.Tensor, shape: TreeShape, params: Sa
         if params.greedy:
             _children_greedy(tree, trials, logits, score, frontier, size)
         else:
-            _children_sampled(tree, trials, logits, score, frontier, size, q_rows, params, generator)
+            _children_sampled(tree, trials, logits, score, frontier, size, q_rows, params, generator,
+                              shape.children == "distinct")
         if level == 0 and shape.lookup:  # fed with the first level, so r is known along it
             fed = shape.depth > 1 or known_everywhere
             copied = lookup_continuation(seq.tolist(), shape.lookup if fed else 1)
@@ -161,19 +174,29 @@ def _children_greedy(tree, trials, logits, score, frontier, size) -> None:
         score[node] = s
 
 
-def _children_sampled(tree, trials, logits, score, frontier, size, q_rows, params, generator) -> None:
-    """`size` i.i.d. draws shared among the frontier by path probability, fixed before any draw."""
+def _children_sampled(tree, trials, logits, score, frontier, size, q_rows, params, generator, distinct) -> None:
+    """`size` draws shared among the frontier by path probability, fixed before any draw; each node's
+    share drawn without replacement (distinct) or i.i.d., every trial with the row it was drawn from."""
     best = max(score[f] for f in frontier)
     for f, share in zip(frontier, _shares([math.exp(score[f] - best) for f in frontier], size)):
         if share == 0:
             continue
         q = to_probs(logits[f + 1], params)
-        q_rows.append(q)
-        for _ in range(share):
-            token = int(pick(q, False, generator))
+        row = q
+        for draw in range(share):
+            if draw == 0 or distinct:
+                q_rows.append(row)
+            token = int(pick(row, False, generator))
             node = tree.child(f, token)
             if node is None:
                 node = tree.add(token, f)
                 trials.append([])
                 score[node] = score[f] + math.log(max(float(q[token]), 1e-30))
             trials[f + 1].append((node, len(q_rows) - 1))
+            if distinct:  # the next draw: q without this node's draws so far, renormalised
+                row = row.clone()
+                row[token] = 0
+                mass = row.sum()
+                if not mass > 0:
+                    break
+                row = row / mass
