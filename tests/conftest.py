@@ -7,6 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cos.member import Member
+from cos.round_kinds import KINDS, KindChoice
 from cos.schedule import Schedule
 
 VOCAB = 64
@@ -66,10 +67,22 @@ class PastDependentSchedule(Schedule):
         return None if pick == most + 1 else pick
 
 
+class PastDependentKinds(KindChoice):
+    """Stands in for we_mix_sd's measured choice of round kind with both kinds forced: a function of the
+    rounds so far and of the CoS episodes' acceptances, never of what comes next."""
+
+    def choose(self) -> str:
+        return KINDS[int(self.rounds + 2 * self.alternate.accepted) % 2]
+
+
 def force_every_length(engine):
-    """Swap an engine's schedule for PastDependentSchedule (same γ and bonus); standard methods keep none."""
+    """Swap an engine's schedule for PastDependentSchedule (same γ and bonus); standard methods keep none.
+    we_mix_sd under the adaptive schedule: its choice of round kind for PastDependentKinds too."""
     if engine.schedule is not None:
         engine.schedule = PastDependentSchedule("adaptive", engine.schedule.gamma, engine.schedule.bonus)
+    if engine.kinds is not None:
+        alternate = engine.kinds.alternate
+        engine.kinds = PastDependentKinds(PastDependentSchedule("adaptive", alternate.gamma, alternate.bonus))
     return engine
 
 

@@ -18,9 +18,11 @@ from conftest import force_every_length, members
 from cos import Custom, Engine, SamplingParams, make_combination, make_plan
 from cos.acceptance import NO_TOKEN
 from cos.member import Member
+from cos.methods import hybrid as hybrid_loop
 from cos.methods import mixture as mixture_loop
 from cos.mixture import Coins, block_seconds, plan_block, predicted_speedup, round_expectation
 from cos.sampling import sample, to_probs
+from cos.round_kinds import KindChoice
 from cos.schedule import PROBE_EVERY, CallCosts, Schedule
 from table_member import TableMember
 from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
@@ -63,16 +65,38 @@ def test_emitted_distribution_is_r(method, n, weights, sampling):
         assert engine.last.stats.drafted > 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("n, proposer", [(2, 1), (3, 0)])
-def test_hybrid_is_exact_whatever_the_foreign_positions_drafted(n, proposer):
+@pytest.mark.parametrize("n, proposer", [(2, 0), pytest.param(2, 1, marks=pytest.mark.slow),
+                                         pytest.param(3, 0, marks=pytest.mark.slow)])
+def test_hybrid_is_exact_whatever_the_rounds_it_runs(n, proposer):
     """m (foreign positions drafted per round, 0 = the ME step) varies from round to round with past
-    acceptances, as the adaptive schedule's does; the proposer may be the larger-weight member."""
+    acceptances, as the adaptive schedule's does, and so does the kind of round: mixture rounds and CoS
+    episodes (alternate proposals against r, their chains of every length, dropped ones too) take turns;
+    the proposer may be the larger-weight member."""
     engine, table = mixture_engine("we_mix_sd", n, "skewed", gamma=3, proposer=proposer, schedule="adaptive")
     force_every_length(engine)
     d = distance(engine, table, "T1")
     assert d < THRESHOLD, f"L1 {d:.4f} >= {THRESHOLD:.4f}"
     assert len(engine.schedule.last_run) == 4  # m = 0..3 all ran
+    assert all(engine.kinds.last_run.values()) and len(engine.kinds.alternate.last_run) == 4  # so did CoS chains
+
+
+def peek_at_the_coins(loop):
+    """The negative control's choice: a mixture round when the next coin is the proposer's, else CoS:
+    a choice made from the coins the mixture round then reads."""
+    coins = loop.loops["mixture"].coins
+    state = coins.generator.get_state()
+    first = coins.draw(1)[0]
+    coins.generator.set_state(state)
+    return "mixture" if first == loop.loops["mixture"].s else "cos"
+
+
+def test_a_choice_of_round_that_reads_the_coins_is_caught(monkeypatch):
+    """Why the kind is chosen from the past only: chosen from the coins it would read, mixture rounds run
+    where the proposer owns the next position and CoS elsewhere, and r is lost (the test must see it)."""
+    monkeypatch.setattr(hybrid_loop.HybridLoop, "_next_kind", peek_at_the_coins)
+    engine, table = mixture_engine("we_mix_sd", 2, "even", schedule="adaptive")
+    d = distance(engine, table, "T1")
+    assert d >= THRESHOLD, f"the test cannot tell a choice made from the coins apart (L1 {d:.4f})"
 
 
 def accept_outright(draft, q, r, greedy, generator):
@@ -111,13 +135,20 @@ class CheckedMember(Member):
         return got
 
 
-@pytest.mark.parametrize("method, gamma", [("we_mix", 1), ("we_mix_sd", 4)])
-def test_catch_up_equals_a_fresh_forward(models, method, gamma):
+@pytest.mark.parametrize("method, gamma, schedule", [("we_mix", 1, None), ("we_mix_sd", 4, None),
+                                                     ("we_mix_sd", 3, "adaptive")])
+def test_catch_up_equals_a_fresh_forward(models, method, gamma, schedule):
     """A member that sat out several positions feeds them all in one forward; its logits (and so its
-    KV cache) equal a fresh forward over the same tokens, through rejections and roll-backs too."""
+    KV cache) equal a fresh forward over the same tokens, through rejections and roll-backs too, and
+    (adaptive) through CoS episodes between mixture rounds, dropped chains included."""
     pair = [CheckedMember(m, name=f"m{i}", capacity=256) for i, m in enumerate((models["base"], models["close"]))]
-    plan = make_plan(method, 2, make_combination("we", 2, lam=0.3), gamma, schedule=None)
-    out = Engine(pair, plan).generate(PROMPT, max_new_tokens=40, temperature=1, seed=3, eos_token_ids=[])
+    plan = make_plan(method, 2, make_combination("we", 2, lam=0.3), gamma, schedule=schedule)
+    engine = Engine(pair, plan)
+    if schedule:  # every m, every chain length, both kinds of round
+        force_every_length(engine)
+    out = engine.generate(PROMPT, max_new_tokens=40, temperature=1, seed=3, eos_token_ids=[])
+    if schedule:
+        assert all(out.stats.round_kinds.values()) and out.stats.predicted_speedup is None
     assert len(out.tokens) == 40
     assert max(m.longest_catch_up for m in pair) >= 3  # catch-up happened
 
@@ -169,6 +200,7 @@ def test_me_steps_give_the_schedule_the_exact_acceptance_chance(models, monkeypa
     plan = make_plan("we_mix_sd", 2, make_combination("we", 2), 3, proposer=0, schedule="adaptive")
     engine = Engine(members(base, stranger), plan)
     force_every_length(engine)  # m = 0 comes up whatever the costs
+    engine.kinds = None  # mixture rounds only
     engine.generate(PROMPT, max_new_tokens=40, temperature=1, seed=2, eos_token_ids=[])
     assert len(seen) >= 3 and seen == pytest.approx(fresh, abs=1e-5)
     assert all(0.0 < c < 1.0 for c in seen)
@@ -176,11 +208,40 @@ def test_me_steps_give_the_schedule_the_exact_acceptance_chance(models, monkeypa
 
 def test_coins_follow_the_weights_and_never_draw_a_zero_weight():
     coins = Coins([0.25, 0.0, 0.75], seed=0)
-    z = coins.ahead(4000)
+    z = coins.draw(4000)
     assert 1 not in z and abs(z.count(0) / 4000 - 0.25) < 0.03
-    head = coins.ahead(3)
-    coins.consume(2)
-    assert coins.ahead(1) == head[2:]
+    assert coins.draw(50) != coins.draw(50)  # every round reads fresh coins
+
+
+def test_the_faster_kind_of_round_runs_and_the_slower_is_revisited():
+    kinds = KindChoice(Schedule("adaptive", 3, 1))
+    assert kinds.choose() == "mixture"
+    kinds.observe("mixture", 9, 1.0, warm=False)  # a schedule's first measurements are not counted
+    assert kinds.choose() == "mixture"
+    kinds.observe("mixture", 2, 1.0, warm=True)
+    assert kinds.choose() == "cos"  # not measured yet
+    kinds.observe("cos", 3, 1.0, warm=True)
+    picks = []
+    for _ in range(2 * PROBE_EVERY):
+        picks.append(kinds.choose())
+        kinds.observe(picks[-1], 3 if picks[-1] == "cos" else 2, 1.0, warm=True)
+    assert picks.count("mixture") == 1 and picks[PROBE_EVERY - 1] == "mixture"  # one probe in 16 rounds
+    for _ in range(30):  # the mixture rounds speed up (another stretch of text, another load): they win
+        kinds.observe("mixture", 5, 1.0, warm=True)
+    assert kinds.choose() == "cos"  # 30 rounds since CoS ran: a probe
+    kinds.observe("cos", 3, 1.0, warm=True)
+    assert kinds.choose() == "mixture" and kinds.rate("cos") == pytest.approx(3.0)
+    kinds.start()
+    assert kinds.chosen == {"mixture": 0, "cos": 0}  # counts per generation, rates across them
+
+
+def test_a_member_with_weight_zero_keeps_the_hybrid_to_mixture_rounds(models):
+    """CoS verifies against r with every member's row: a weight-0 member would run for nothing."""
+    plan = make_plan("we_mix_sd", 2, make_combination("we", 2, lam=0.0), 3, schedule="adaptive")
+    engine = Engine(members(models["base"], models["stranger"]), plan)
+    assert engine.kinds is None
+    stats = engine.generate(PROMPT, max_new_tokens=12, temperature=1, eos_token_ids=[]).stats
+    assert stats.members[1].calls == 0 and stats.round_kinds == {}
 
 
 # ----------------------------------------------------------------- the cost model

@@ -23,6 +23,7 @@ they are produced; the table is printed at the end.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from pathlib import Path
 
 from . import common
@@ -137,12 +138,9 @@ def summarize(dataset: str, lam: float, name: str, runs: list[list], rates: list
                tokens=sum(s.new_tokens for s in stats))
     if row["predicted"] and row["speedup"] and name != "we":
         row["measured_over_predicted"] = round(row["speedup"] / row["predicted"], 3)
-    if name == "we_mix_sd":  # foreign positions drafted per round (the schedule's m) -> rounds
-        chosen: dict[int, int] = {}
-        for s in stats:
-            for m, k in s.draft_lengths.items():
-                chosen[m] = chosen.get(m, 0) + k
-        row["foreign_per_round"] = dict(sorted(chosen.items()))
+    if name == "we_mix_sd":  # foreign positions drafted per mixture round (the schedule's m) -> rounds
+        row["foreign_per_round"] = dict(sorted(sum((Counter(s.draft_lengths) for s in stats), Counter()).items()))
+        row["round_kinds"] = dict(sum((Counter(s.round_kinds) for s in stats), Counter()))  # mixture | cos -> rounds
     if ds is not None:
         from cos.report.intervals import wilson
 
@@ -195,5 +193,5 @@ def run(args) -> None:
 
 def print_table(rows: list[dict]) -> None:
     cols = ["dataset", "lam", "method", "tokens_per_s", "speedup", "alpha", "beta", "c", "predicted",
-            "measured_over_predicted", "foreign_per_round", "score", "ci95"]
+            "measured_over_predicted", "foreign_per_round", "round_kinds", "score", "ci95"]
     print(common.markdown_table(cols, (["" if r.get(c) is None else str(r[c]) for c in cols] for r in rows)))

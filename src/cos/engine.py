@@ -21,6 +21,7 @@ from .loading import (check_before_weights, check_device, check_model_path, chec
                       load_tokenizer, resolve_dtype)
 from .member import Member
 from .methods.alternate import AlternateLoop
+from .methods.hybrid import HybridLoop
 from .methods.mixture import MixtureLoop
 from .methods.speculative import SpeculativeLoop
 from .methods.tree import TreeLoop
@@ -28,6 +29,7 @@ from .methods.standard import standard_round
 from .methods.state import DecodeState
 from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, make_plan, method_info, parse_tree
 from .presets import make_combination
+from .round_kinds import KindChoice
 from .sampling import SamplingParams
 from .schedule import Schedule
 from .stats import GenerationStats, MemberUsage, predict_speedup
@@ -87,6 +89,7 @@ class Engine:
         self.plan = plan.resolve([m.n_params for m in members])
         self.threads = shared_policy(threads)
         self.schedule = self._make_schedule()
+        self.kinds = self._make_kinds()
         self.plan.combination.probe(self.members[0].vocab_size, self.members[0].device)  # bad r: fail now
         self.tokenizer = tokenizer
         self.device = self.members[0].device  # where r is computed and tokens are drawn
@@ -195,6 +198,16 @@ class Engine:
         bonus = 0 if plan.loop == "naive" and plan.bonus == "none" else 1
         return Schedule(plan.schedule or "fixed", plan.gammas[plan.proposer], bonus)
 
+    def _make_kinds(self) -> KindChoice | None:
+        """we_mix_sd under the adaptive schedule: its choice between mixture rounds and CoS episodes, the
+        episodes' draft lengths scheduled apart (methods/hybrid.py). Not with a member of weight 0: CoS
+        verifies against r with every member's row, and such a member would run for nothing."""
+        plan = self.plan
+        if plan.loop != "mix_sd" or self.schedule is None or self.schedule.kind != "adaptive" \
+                or min(plan.combination.weights) <= 0:
+            return None
+        return KindChoice(Schedule("adaptive", plan.gammas[plan.proposer], 1))
+
     def _start(self, prompt_ids: list[int], params: SamplingParams, seed: int):
         plan = self.plan
         seq = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
@@ -210,11 +223,16 @@ class Engine:
                                 tree=plan.tree.describe() if plan.tree else "",
                                 weights=list(plan.combination.weights) if plan.loop in MIXTURES else [])
         st = DecodeState(in_combination, plan.combination, params, generator, self._stopper, seq, stats, draft_model)
-        if self.schedule is not None:
-            self.schedule.start()
+        for schedule in (self.schedule, self.kinds):
+            if schedule is not None:
+                schedule.start()
         if plan.tree is not None:
             proposer = None if plan.loop == "sd" else plan.proposer  # sd: the draft model, outside the combination
             return st, TreeLoop(st, proposer, plan.tree, TREE_MODES[plan.loop](plan)).round
+        if self.kinds is not None:  # we_mix_sd, adaptive: mixture rounds or CoS episodes, measured
+            mixture = MixtureLoop(st, plan.combination.weights, plan.proposer, plan.gammas[plan.proposer], self.schedule)
+            alternate = AlternateLoop(st, plan.gammas, plan.proposer, self.kinds.alternate)
+            return st, HybridLoop(st, mixture, alternate, self.kinds).round
         return st, ROUNDS[plan.loop](st, plan, self.schedule)
 
     def _finish(self, st: DecodeState, seconds: float) -> Generation:
@@ -223,6 +241,9 @@ class Engine:
         if self.schedule is not None:
             self.schedule.finish()
             st.stats.draft_lengths = dict(sorted(self.schedule.chosen.items()))
+        if self.kinds is not None:
+            self.kinds.finish()
+            st.stats.round_kinds = dict(self.kinds.chosen)
         st.stats.threads = self.threads.best()
         st.stats.members = [MemberUsage(m.name, m.stats.calls, m.stats.tokens, m.stats.seconds) for m in self.members]
         st.stats.new_tokens = len(self._stopper.tokens)

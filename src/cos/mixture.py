@@ -31,25 +31,21 @@ Seconds = Callable[[int, int], "float | None"]  # (member, tokens fed) -> second
 
 
 class Coins:
-    """z_t ~ w for the positions ahead, from a generator of their own, read in position order."""
+    """z_t ~ w for the positions a round reads, from a generator of their own. Every round draws fresh
+    coins and the ones it read but did not emit are dropped with it: rounds are then stopping rules on
+    independent coins, so what the next round is (its m, or a CoS round instead: methods/hybrid.py) may
+    depend on anything in the past, the last round's timings included, without touching r."""
 
     def __init__(self, weights: Sequence[float], seed: int) -> None:
         self.cumulative = torch.tensor(list(itertools.accumulate(weights)), dtype=torch.float64)
         self.generator = torch.Generator().manual_seed(seed)
-        self.buffer: list[int] = []
 
-    def ahead(self, n: int) -> list[int]:
-        """The components of the next n positions (drawn once, kept until consumed)."""
-        if len(self.buffer) < n:
-            u = torch.rand(n - len(self.buffer), generator=self.generator, dtype=torch.float64)
-            # component i where cum[i-1] <= u·Σw < cum[i] (right side): a zero weight is never drawn
-            drawn = torch.searchsorted(self.cumulative, u * self.cumulative[-1], right=True)
-            self.buffer += drawn.clamp_max(len(self.cumulative) - 1).tolist()
-        return self.buffer[:n]
-
-    def consume(self, n: int) -> None:
-        """n positions were emitted: their components are spent."""
-        del self.buffer[:n]
+    def draw(self, n: int) -> list[int]:
+        """The components of the next n positions, fresh."""
+        u = torch.rand(n, generator=self.generator, dtype=torch.float64)
+        # component i where cum[i-1] <= u·Σw < cum[i] (right side): a zero weight is never drawn
+        drawn = torch.searchsorted(self.cumulative, u * self.cumulative[-1], right=True)
+        return drawn.clamp_max(len(self.cumulative) - 1).tolist()
 
 
 @dataclass(frozen=True)

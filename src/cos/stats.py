@@ -42,6 +42,7 @@ class GenerationStats:
     tree: str = ""  # the draft tree's shape, "nodes N width W" ("" for chains)
     standard_rounds: int = 0  # rounds the adaptive schedule ran without drafting
     draft_lengths: dict[int, int] = field(default_factory=dict)  # draft length chosen -> rounds
+    round_kinds: dict[str, int] = field(default_factory=dict)  # we_mix_sd, adaptive: rounds of mixture | cos
     threads: dict[str, int] = field(default_factory=dict)  # CPU threads chosen per kind of call (threads.py)
     members: list[MemberUsage] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)  # the mixture's w (we_mix, we_mix_sd), config order
@@ -97,6 +98,8 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
     if loop == "standard":
         return 1.0
     if stats.tree:  # the chain formulas do not hold for trees
+        return None
+    if stats.round_kinds.get("cos"):  # CoS episodes among the mixture rounds: no closed form for the blend
         return None
     if loop in MIXTURES:
         t = [m.seconds_per_call for m in stats.members]

@@ -47,6 +47,12 @@ class AlternateLoop:
         self.q: torch.Tensor | None = None  # [P, V] (None under greedy decoding)
         self.cached: list[torch.Tensor | None] = [None] * len(self.st.members)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing pending: the next round starts a chain from the committed tokens (we_mix_sd may then
+        run a mixture round instead, methods/hybrid.py)."""
+        return self.pending.shape[0] == 0
+
     def _append(self, member: int, tokens: torch.Tensor, q: torch.Tensor | None, logits: torch.Tensor) -> None:
         self.pending = torch.cat([self.pending, tokens])
         if q is not None:

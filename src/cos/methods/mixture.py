@@ -1,7 +1,8 @@
 """`we_mix` (ME, the mixture step) and `we_mix_sd` (the coin-first hybrid): a weighted ensemble in probs
 space sampled as the mixture it is (cos/mixture.py; proof sketch: docs/mixture_sampling.md).
 
-Every position's component z_t ~ w is drawn ahead from the coins' own generator. One round:
+Every position's component z_t ~ w is drawn first, from the coins' own generator, fresh each round.
+One round:
   1. how many foreign positions to draft, m (the schedule: γ, or the best m for the measured β and
      costs; `we_mix`: always 0), and the block the coins then fix;
   2. the proposer drafts the block; its own positions are accepted outright;
@@ -11,8 +12,8 @@ Every position's component z_t ~ w is drawn ahead from the coins' own generator.
   4. a fully accepted block emits its closing position: the bonus from a verifier that owns it, else
      its owner runs (the proposer drafts one more; another member catches up in one forward and
      samples from its own p: the ME step);
-  5. commit, roll back what was rejected, count, spend the coins of the emitted positions; under the
-     adaptive schedule, report the round's seconds beside what the cost model expected of it.
+  5. commit, roll back what was rejected, count (the coins the round read and did not emit are dropped
+     with it); under the adaptive schedule, report the round's seconds beside what the model prices it at.
 A block with no foreign position needs no verify pass; a member nobody needs does not run.
 
 The adaptive schedule learns β from the foreign positions it drafts; rounds of m = 0 draft none, so
@@ -95,7 +96,7 @@ class MixtureLoop:
         # 1. the coins of the positions ahead fix the block; m from the past alone
         started = time.perf_counter()
         m = self._foreign_to_draft()
-        z = self.coins.ahead(cap + 1)
+        z = self.coins.draw(cap + 1)
         block = plan_block(z, self.s, m, cap)
         closes = block.drafted < budget  # the closing position is still within max_new_tokens
         priced = block_seconds(block.drafted, block.verifiers, block.closing, self.s, self._seconds) \
@@ -127,8 +128,7 @@ class MixtureLoop:
                 emitted += self._draft(seq, 1).tokens.tolist()
             else:
                 emitted += self._own_step(block.closing, seq).tolist()
-        # 5. commit (members keep what was fed before the first rejected position), spend the coins
-        self.coins.consume(len(emitted))
+        # 5. commit (members keep what was fed before the first rejected position)
         emitted = st.commit(emitted, keep_cached=start + n_keep)
         if priced is not None:  # what the round cost against what the model prices its calls at
             closed = n_keep == block.drafted and closes  # the closing position was emitted (free if a bonus)
