@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cos.member import Member
-from cos.round_kinds import KINDS, KindChoice
+from cos.round_kinds import KindChoice
 from cos.schedule import Schedule
 
 VOCAB = 64
@@ -68,21 +68,23 @@ class PastDependentSchedule(Schedule):
 
 
 class PastDependentKinds(KindChoice):
-    """Stands in for we_mix_sd's measured choice of round kind with both kinds forced: a function of the
-    rounds so far and of the CoS episodes' acceptances, never of what comes next."""
+    """Stands in for the measured choice of round kind (we_mix_sd, tree: auto) with every kind forced: a
+    function of the rounds so far and of past acceptances, never of what comes next."""
 
     def choose(self) -> str:
-        return KINDS[int(self.rounds + 2 * self.alternate.accepted) % 2]
+        accepted = sum(s.accepted for s in self.schedules.values())
+        return self.kinds[int(self.rounds + 2 * accepted) % len(self.kinds)]
 
 
 def force_every_length(engine):
     """Swap an engine's schedule for PastDependentSchedule (same γ and bonus); standard methods keep none.
-    we_mix_sd under the adaptive schedule: its choice of round kind for PastDependentKinds too."""
+    A choice of round kind (we_mix_sd, tree: auto): PastDependentKinds too, its schedules swapped alike."""
     if engine.schedule is not None:
         engine.schedule = PastDependentSchedule("adaptive", engine.schedule.gamma, engine.schedule.bonus)
     if engine.kinds is not None:
-        alternate = engine.kinds.alternate
-        engine.kinds = PastDependentKinds(PastDependentSchedule("adaptive", alternate.gamma, alternate.bonus))
+        kinds = engine.kinds
+        engine.kinds = PastDependentKinds(kinds.kinds, {k: PastDependentSchedule("adaptive", s.gamma, s.bonus)
+                                                        for k, s in kinds.schedules.items()})
     return engine
 
 

@@ -18,11 +18,11 @@ from conftest import force_every_length, members
 from cos import Custom, Engine, SamplingParams, make_combination, make_plan
 from cos.acceptance import NO_TOKEN
 from cos.member import Member
-from cos.methods import hybrid as hybrid_loop
+from cos.methods import kinds as kinds_loop
 from cos.methods import mixture as mixture_loop
 from cos.mixture import Coins, block_seconds, plan_block, predicted_speedup, round_expectation
 from cos.sampling import sample, to_probs
-from cos.round_kinds import KindChoice
+from cos.round_kinds import WARM_ROUNDS, KindChoice
 from cos.schedule import PROBE_EVERY, CallCosts, Schedule
 from table_member import TableMember
 from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
@@ -77,7 +77,7 @@ def test_hybrid_is_exact_whatever_the_rounds_it_runs(n, proposer):
     d = distance(engine, table, "T1")
     assert d < THRESHOLD, f"L1 {d:.4f} >= {THRESHOLD:.4f}"
     assert len(engine.schedule.last_run) == 4  # m = 0..3 all ran
-    assert all(engine.kinds.last_run.values()) and len(engine.kinds.alternate.last_run) == 4  # so did CoS chains
+    assert all(engine.kinds.last_run.values()) and len(engine.kinds.schedules["cos"].last_run) == 4  # so did CoS chains
 
 
 def peek_at_the_coins(loop):
@@ -93,7 +93,7 @@ def peek_at_the_coins(loop):
 def test_a_choice_of_round_that_reads_the_coins_is_caught(monkeypatch):
     """Why the kind is chosen from the past only: chosen from the coins it would read, mixture rounds run
     where the proposer owns the next position and CoS elsewhere, and r is lost (the test must see it)."""
-    monkeypatch.setattr(hybrid_loop.HybridLoop, "_next_kind", peek_at_the_coins)
+    monkeypatch.setattr(kinds_loop.KindsLoop, "_next_kind", peek_at_the_coins)
     engine, table = mixture_engine("we_mix_sd", 2, "even", schedule="adaptive")
     d = distance(engine, table, "T1")
     assert d >= THRESHOLD, f"the test cannot tell a choice made from the coins apart (L1 {d:.4f})"
@@ -214,22 +214,24 @@ def test_coins_follow_the_weights_and_never_draw_a_zero_weight():
 
 
 def test_the_faster_kind_of_round_runs_and_the_slower_is_revisited():
-    kinds = KindChoice(Schedule("adaptive", 3, 1))
-    assert kinds.choose() == "mixture"
-    kinds.observe("mixture", 9, 1.0, warm=False)  # a schedule's first measurements are not counted
-    assert kinds.choose() == "mixture"
-    kinds.observe("mixture", 2, 1.0, warm=True)
+    kinds = KindChoice(("mixture", "cos"), {"cos": Schedule("adaptive", 3, 1)})
+    for _ in range(WARM_ROUNDS):  # a kind's first rounds (measurement lengths, compiling) are not counted
+        assert kinds.choose() == "mixture"
+        kinds.observe("mixture", 9, 1.0)
+    kinds.observe("mixture", 2, 1.0)
     assert kinds.choose() == "cos"  # not measured yet
-    kinds.observe("cos", 3, 1.0, warm=True)
+    for _ in range(WARM_ROUNDS + 1):
+        kinds.observe("cos", 3, 1.0)
     picks = []
     for _ in range(2 * PROBE_EVERY):
         picks.append(kinds.choose())
-        kinds.observe(picks[-1], 3 if picks[-1] == "cos" else 2, 1.0, warm=True)
-    assert picks.count("mixture") == 1 and picks[PROBE_EVERY - 1] == "mixture"  # one probe in 16 rounds
+        kinds.observe(picks[-1], 3 if picks[-1] == "cos" else 2, 1.0)
+    probes = [i for i, kind in enumerate(picks) if kind == "mixture"]
+    assert len(probes) == 2 and probes[1] - probes[0] == PROBE_EVERY + 1  # after 16 rounds of the faster kind
     for _ in range(30):  # the mixture rounds speed up (another stretch of text, another load): they win
-        kinds.observe("mixture", 5, 1.0, warm=True)
+        kinds.observe("mixture", 5, 1.0)
     assert kinds.choose() == "cos"  # 30 rounds since CoS ran: a probe
-    kinds.observe("cos", 3, 1.0, warm=True)
+    kinds.observe("cos", 3, 1.0)
     assert kinds.choose() == "mixture" and kinds.rate("cos") == pytest.approx(3.0)
     kinds.start()
     assert kinds.chosen == {"mixture": 0, "cos": 0}  # counts per generation, rates across them

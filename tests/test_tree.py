@@ -14,6 +14,7 @@ from greedy_check import assert_same_greedy
 from cos import Engine, make_combination, make_plan
 from cos.member import Member
 from cos.methods.reference import reference_generate
+from cos.plan import default_schedule
 from cos.sampling import SamplingParams
 from cos.tree import ROOT, DraftTree
 from cos.tree_draft import TreeShape, lookup_continuation, propose_tree
@@ -137,6 +138,26 @@ def test_tree_methods_equal_the_reference_greedy(models, method, bonus, n, tree,
         assert out.stats.accepted >= out.stats.rounds
 
 
+AUTO = {"nodes": 4, "width": 2, "auto": True}
+
+
+@pytest.mark.parametrize("method,bonus,n", METHODS, ids=[f"{m}-{b}-{n}" for m, b, n in METHODS])
+@pytest.mark.parametrize("regime", ["all_accepted", "partial"])
+def test_tree_auto_equals_the_reference_greedy(models, method, bonus, n, regime):
+    """tree: auto, chain rounds (every length, standard rounds too) and tree rounds taking turns wherever
+    nothing is carried: the standard method's tokens, and both kinds ran."""
+    order = [models["base"], models[REGIMES[regime]], models["third"]][:n]
+    kind = method.split("_")[0]
+    settings = {"alpha": 0.3} if kind == "cd" else {"weights": [0.5, 0.3, 0.2]} if n == 3 else {}
+    combination = None if method == "sd" else make_combination(kind, n, **settings)
+    plan = make_plan(method, n, combination, 4, None, bonus, schedule="adaptive", tree=AUTO)
+    in_r = order[:1] if method == "sd" else order
+    reference = reference_generate(in_r, plan.combination, PROMPT, 48, GREEDY)
+    out = engine_on("varied", order, plan).generate(PROMPT, max_new_tokens=48, temperature=0, eos_token_ids=[])
+    assert_same_greedy(out.tokens, reference, PROMPT, in_r, plan.combination)
+    assert min(out.stats.round_kinds.values()) > 0 and out.stats.tree.startswith("auto"), out.stats
+
+
 def test_a_wider_tree_accepts_more_per_round(models):
     """The point of trees: with a partly agreeing proposer, a width-4 tree of the chain's depth gets more
     tokens per round than the chain."""
@@ -158,8 +179,8 @@ def test_tree_configuration_errors_name_the_fix():
         make_plan("we_sd", 2, we, 4, tree={"nodes": 16, "width": 2})
     with pytest.raises(ValueError, match="tree width must be an int in 1..nodes"):
         make_plan("we_sd", 2, we, 4, tree={"nodes": 4, "width": 5})
-    with pytest.raises(ValueError, match=r"tree must be none, \{nodes: N, width: W, lookup: L, children: distinct\|iid\} "
-                                         r"or NxW\+L:iid"):
+    with pytest.raises(ValueError, match=r"tree must be none, auto, \{nodes: N, width: W, lookup: L, children: "
+                                         r"distinct\|iid\} or NxW\+L:iid"):
         make_plan("we_sd", 2, we, 4, tree={"depth": 3})
     with pytest.raises(ValueError, match="tree children must be one of distinct, iid"):
         make_plan("we_sd", 2, we, 4, tree="7x2:unique")
@@ -179,6 +200,12 @@ def test_tree_configuration_errors_name_the_fix():
     assert TreeShape(7, 2).children == "distinct"
     with pytest.raises(ValueError, match=r"tree lookup must be an int in 0..3 \(nodes \+ lookup <= 15"):
         make_plan("we_sd", 2, we, 4, tree="12x3+4")
+    # auto: a chain round (its length from the adaptive schedule) or a tree round, whichever measures faster
+    assert make_plan("we_sd", 2, we, 4, schedule="adaptive", tree="auto").tree == TreeShape(7, 2, auto=True)
+    assert make_plan("we_sd", 2, we, 4, tree={"nodes": 4, "width": 2, "auto": True}).tree.auto
+    with pytest.raises(ValueError, match="tree auto must be true or false"):
+        make_plan("we_sd", 2, we, 4, tree={"nodes": 4, "width": 2, "auto": "yes"})
+    assert [default_schedule(t) for t in (None, "none", "auto", "7x2")] == ["adaptive", "adaptive", "adaptive", "fixed"]
 
 
 def test_sampled_children_are_drawn_without_replacement_unless_iid():

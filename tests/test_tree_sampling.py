@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow
 
 from cos import Engine, SamplingParams, make_plan
 from cos import acceptance_tree
+from conftest import force_every_length
 from table_member import TableMember
 from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance, table_combination
 
@@ -30,6 +31,9 @@ CASES = {  # method, members, bonus, tree
     "naive_none_w3_iid": ("we_sd", 2, "none", {"nodes": 6, "width": 3, "children": "iid"}),
     "cos_2_w2_iid": ("we_chef", 2, "none", {"nodes": 4, "width": 2, "children": "iid"}),
     "naive_exact_lookup_iid": ("we_sd", 2, "exact", {"nodes": 4, "width": 2, "lookup": 2, "children": "iid"}),
+    # tree: auto, chain and tree rounds taking turns (forced, every chain length) wherever nothing is carried
+    "naive_exact_auto": ("we_sd", 2, "exact", {"nodes": 4, "width": 2, "auto": True}),
+    "cos_2_auto": ("we_chef", 2, "none", {"nodes": 4, "width": 2, "auto": True}),
 }
 
 
@@ -38,6 +42,8 @@ def build(case: str, params: SamplingParams = SamplingParams(1.0)):
     members = [TableMember(seed=10 + i, vocab=VOCAB, scale=1.0, name=f"m{i}") for i in range(n)]
     plan = make_plan(method, n, table_combination(method, n), 2, None, bonus, tree=tree)
     engine = Engine(members, plan)
+    if plan.tree.auto:
+        force_every_length(engine)
     in_r = members[:1] if method == "sd" else members
     return engine, exact_distribution(in_r, plan.combination, params)
 
@@ -48,6 +54,8 @@ def test_tree_emitted_distribution_is_r(case):
     distance = l1_distance(engine, exact, 1.0)
     assert distance < THRESHOLD, f"{case}: L1 {distance:.4f} >= {THRESHOLD:.4f}"
     assert engine.last.stats.drafted > 0
+    if engine.kinds is not None:
+        assert all(engine.kinds.runs.values()), engine.kinds.runs
 
 
 def test_distinct_children_exhausting_top_k_stay_exact():

@@ -15,7 +15,9 @@ dataset, each method runs on the same prompts and seeds after a warm-up; repeats
 measured in the same run, α (acceptance against r; for we_mix_sd: λ + (1-λ)β), β (acceptance of a
 drafted foreign position, Σ min(p_0.5B, p_1.5B); for we_sd: (α - λ) / (1 - λ)), c, the speedup the
 cost model predicts (docs/algorithm.md §6; ME and the hybrid: cos/mixture.py) and measured / predicted,
-the foreign positions the hybrid drafted per round, and the quality score (pass@1 / accuracy) with
+the foreign positions the hybrid drafted per mixture round and its rounds of each kind (mixture | cos:
+under `adaptive` it also runs CoS episodes, whose drafts then count in its α/β columns, pooled), and the
+quality score (pass@1 / accuracy) with
 its 95% Wilson interval over the first repeat's generations. Rows are appended to --out (jsonl) as
 they are produced; the table is printed at the end.
 """

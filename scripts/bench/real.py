@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 
 from . import common
 
@@ -59,7 +60,8 @@ def add_args(ap) -> None:
     ap.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS) + list(PEERS),
                     help=f"also {', '.join(TREES)}: the same methods drafting a tree (--tree)")
-    ap.add_argument("--tree", default="15x3", help="the *_tree methods' tree, NxW: N nodes, at most W per level")
+    ap.add_argument("--tree", default="15x3", help="the *_tree methods' tree, NxW: N nodes, at most W per level; "
+                                                     "auto: a chain or a 7x2 tree each round, whichever measures faster")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--schedule", default="fixed", choices=["fixed", "adaptive"],
@@ -95,6 +97,7 @@ def run(args) -> None:
     from cos import Engine
     from cos.engine import plan_from_kwargs
     from cos.loading import load_member, load_tokenizer
+    from cos.plan import default_schedule
 
     methods = {**METHODS, **{name: {**kw, "tree": args.tree} for name, kw in TREES.items()}}
     unknown = set(args.methods) - set(methods) - set(PEERS)
@@ -105,10 +108,11 @@ def run(args) -> None:
     tok = load_tokenizer(paths[0])
     members = [load_member(p, "cpu", args.dtype, kernels=common.KERNELS[args.kernels]) for p in paths]
     threads = common.threads_option(args.threads)
-    drafts = lambda kw: kw["method"] not in ("large_model", "cd", "we")
+    # --schedule for the methods that draft chains (tree: auto's chain rounds too); a tree of a fixed shape: fixed
+    chains = lambda kw: kw["method"] not in ("large_model", "cd", "we") and default_schedule(kw.get("tree")) == "adaptive"
     engines = {name: Engine(members if kw["method"] != "large_model" else members[:1],
                             plan_from_kwargs(n_members=1 if kw["method"] == "large_model" else 2,
-                                             **kw, **({"schedule": args.schedule} if drafts(kw) and "tree" not in kw else {})), tok, threads)
+                                             **kw, **({"schedule": args.schedule} if chains(kw) else {})), tok, threads)
                for name, kw in methods.items() if name in args.methods}
     rows = []
     for ds_name, (ds, examples) in datasets.items():
@@ -193,15 +197,17 @@ def acceptance(stats) -> dict:
     drafted, accepted = sum(s.drafted for s in stats), sum(s.accepted for s in stats)
     preds = [s.predicted_speedup for s in stats if s.predicted_speedup]
     costs = [s.cost_ratio for s in stats if s.cost_ratio]
+    kinds = sum((Counter(s.round_kinds) for s in stats), Counter())  # tree: auto: chain | tree -> rounds
     return dict(alpha=round(accepted / drafted, 3) if drafted else None,
                 c=round(statistics.median(costs), 3) if costs else None,
                 predicted=round(statistics.median(preds), 3) if preds else None,
-                mean_acceptance_length=round(1 + accepted / max(1, sum(s.rounds for s in stats)), 3))
+                mean_acceptance_length=round(1 + accepted / max(1, sum(s.rounds for s in stats)), 3),
+                **({"round_kinds": dict(kinds)} if kinds else {}))
 
 
 def print_table(rows: list[dict]) -> None:
     cols = ["dataset", "temperature", "method", "tokens_per_s", "e2e_tokens_per_s", "speedup", "alpha", "c",
-            "predicted", "measured_over_predicted", "mean_acceptance_length", "e2e_over_ours", "greedy_mismatches"]
+            "predicted", "measured_over_predicted", "mean_acceptance_length", "round_kinds", "e2e_over_ours", "greedy_mismatches"]
     cells = []
     for r in rows:
         cells.append([str(r.get(c, "")) for c in cols])

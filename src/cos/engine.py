@@ -21,13 +21,13 @@ from .loading import (check_before_weights, check_device, check_model_path, chec
                       load_tokenizer, resolve_dtype)
 from .member import Member
 from .methods.alternate import AlternateLoop
-from .methods.hybrid import HybridLoop
+from .methods.kinds import KindsLoop
 from .methods.mixture import MixtureLoop
 from .methods.speculative import SpeculativeLoop
 from .methods.tree import TreeLoop
 from .methods.standard import standard_round
 from .methods.state import DecodeState
-from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, make_plan, method_info, parse_tree
+from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, default_schedule, make_plan, method_info
 from .presets import make_combination
 from .round_kinds import KindChoice
 from .sampling import SamplingParams
@@ -62,17 +62,15 @@ def plan_from_kwargs(method: str, n_members: int, combination=None, gamma=5, pro
     return make_plan(method, n_members, combination, gamma, proposer, bonus, draft_threshold, schedule, tree)
 
 
-# plan.loop -> a request's round function (one call: one round; methods/), from its state, plan and schedule
-ROUNDS = {
-    "standard": lambda st, plan, schedule: partial(standard_round, st),
-    "mix": lambda st, plan, schedule: MixtureLoop(st, plan.combination.weights, plan.proposer, 1, None).round,
+# plan.loop -> a request's decoding loop (methods/; `.round()`: one round), from its state, plan and schedule
+LOOP_MAKERS = {
+    "mix": lambda st, plan, schedule: MixtureLoop(st, plan.combination.weights, plan.proposer, 1, None),
     "mix_sd": lambda st, plan, schedule: MixtureLoop(st, plan.combination.weights, plan.proposer,
-                                                     plan.gammas[plan.proposer], schedule).round,
-    "cos": lambda st, plan, schedule: AlternateLoop(st, plan.gammas, plan.proposer, schedule,
-                                                    plan.draft_threshold).round,
+                                                     plan.gammas[plan.proposer], schedule),
+    "cos": lambda st, plan, schedule: AlternateLoop(st, plan.gammas, plan.proposer, schedule, plan.draft_threshold),
     "naive": lambda st, plan, schedule: SpeculativeLoop(st, plan.proposer, schedule, plan.bonus,
-                                                        plan.draft_threshold).round,
-    "sd": lambda st, plan, schedule: SpeculativeLoop(st, None, schedule, plan.bonus, plan.draft_threshold).round,
+                                                        plan.draft_threshold),
+    "sd": lambda st, plan, schedule: SpeculativeLoop(st, None, schedule, plan.bonus, plan.draft_threshold),
 }
 TREE_MODES = {"sd": lambda plan: "sd", "naive": lambda plan: "exact" if plan.bonus == "exact" else "naive",
               "cos": lambda plan: "cos"}  # plan.loop -> methods/tree.py's mode, where plan.tree is set
@@ -124,8 +122,8 @@ class Engine:
         """
         if isinstance(paths, str):
             raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
-        if LOOPS.get(method, "standard") not in DRAFTLESS:  # trees are sized by the plan (schedule fixed)
-            method_kwargs.setdefault("schedule", "fixed" if parse_tree(method_kwargs.get("tree")) else "adaptive")
+        if LOOPS.get(method, "standard") not in DRAFTLESS:  # a tree of a fixed shape is sized by the plan: fixed
+            method_kwargs.setdefault("schedule", default_schedule(method_kwargs.get("tree")))
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
         paths = [check_model_path(p) for p in paths]
         devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
@@ -199,14 +197,33 @@ class Engine:
         return Schedule(plan.schedule or "fixed", plan.gammas[plan.proposer], bonus)
 
     def _make_kinds(self) -> KindChoice | None:
-        """we_mix_sd under the adaptive schedule: its choice between mixture rounds and CoS episodes, the
-        episodes' draft lengths scheduled apart (methods/hybrid.py). Not with a member of weight 0: CoS
-        verifies against r with every member's row, and such a member would run for nothing."""
+        """Kinds of round chosen by measure (methods/kinds.py): `tree: auto`, chain rounds or tree rounds;
+        we_mix_sd under the adaptive schedule, mixture rounds or CoS episodes (their draft lengths scheduled
+        apart), not with a member of weight 0, which CoS would run for nothing (it verifies against r with
+        every member's row)."""
         plan = self.plan
-        if plan.loop != "mix_sd" or self.schedule is None or self.schedule.kind != "adaptive" \
-                or min(plan.combination.weights) <= 0:
-            return None
-        return KindChoice(Schedule("adaptive", plan.gammas[plan.proposer], 1))
+        if plan.tree is not None and plan.tree.auto:
+            return KindChoice(("chain", "tree"))
+        if plan.loop == "mix_sd" and self.schedule.kind == "adaptive" and min(plan.combination.weights) > 0:
+            return KindChoice(("mixture", "cos"), {"cos": Schedule("adaptive", plan.gammas[plan.proposer], 1)})
+        return None
+
+    def _loop(self, st: DecodeState):
+        """A request's decoding loop: one `.round()`, one round."""
+        plan = self.plan
+        if self.kinds is None:
+            return self._tree_loop(st) if plan.tree is not None else LOOP_MAKERS[plan.loop](st, plan, self.schedule)
+        if plan.tree is not None:  # tree: auto
+            loops = {"chain": LOOP_MAKERS[plan.loop](st, plan, self.schedule), "tree": self._tree_loop(st)}
+        else:  # we_mix_sd, adaptive
+            loops = {"mixture": LOOP_MAKERS["mix_sd"](st, plan, self.schedule),
+                     "cos": LOOP_MAKERS["cos"](st, plan, self.kinds.schedules["cos"])}
+        return KindsLoop(st, loops, self.kinds)
+
+    def _tree_loop(self, st: DecodeState) -> TreeLoop:
+        plan = self.plan
+        proposer = None if plan.loop == "sd" else plan.proposer  # sd: the draft model, outside the combination
+        return TreeLoop(st, proposer, plan.tree, TREE_MODES[plan.loop](plan))
 
     def _start(self, prompt_ids: list[int], params: SamplingParams, seed: int):
         plan = self.plan
@@ -226,14 +243,7 @@ class Engine:
         for schedule in (self.schedule, self.kinds):
             if schedule is not None:
                 schedule.start()
-        if plan.tree is not None:
-            proposer = None if plan.loop == "sd" else plan.proposer  # sd: the draft model, outside the combination
-            return st, TreeLoop(st, proposer, plan.tree, TREE_MODES[plan.loop](plan)).round
-        if self.kinds is not None:  # we_mix_sd, adaptive: mixture rounds or CoS episodes, measured
-            mixture = MixtureLoop(st, plan.combination.weights, plan.proposer, plan.gammas[plan.proposer], self.schedule)
-            alternate = AlternateLoop(st, plan.gammas, plan.proposer, self.kinds.alternate)
-            return st, HybridLoop(st, mixture, alternate, self.kinds).round
-        return st, ROUNDS[plan.loop](st, plan, self.schedule)
+        return st, partial(standard_round, st) if plan.loop == "standard" else self._loop(st).round
 
     def _finish(self, st: DecodeState, seconds: float) -> Generation:
         for m in self.members:

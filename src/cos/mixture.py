@@ -33,7 +33,7 @@ Seconds = Callable[[int, int], "float | None"]  # (member, tokens fed) -> second
 class Coins:
     """z_t ~ w for the positions a round reads, from a generator of their own. Every round draws fresh
     coins and the ones it read but did not emit are dropped with it: rounds are then stopping rules on
-    independent coins, so what the next round is (its m, or a CoS round instead: methods/hybrid.py) may
+    independent coins, so what the next round is (its m, or a CoS round instead: methods/kinds.py) may
     depend on anything in the past, the last round's timings included, without touching r."""
 
     def __init__(self, weights: Sequence[float], seed: int) -> None:

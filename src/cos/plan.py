@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from .combination import Combination, Contrastive, Single, WeightedEnsemble
 from .sampling import SamplingParams
 from .schedule import SCHEDULES
-from .tree_draft import TreeShape
+from .tree_draft import AUTO_SHAPE, TreeShape
 
 
 
@@ -53,7 +53,7 @@ class Family:
 
 @dataclass(frozen=True)
 class LoopKind:
-    """What a decoding loop does, for validation and messages (the loops themselves: methods/, engine.ROUNDS)."""
+    """What a decoding loop does, for validation and messages (the loops themselves: methods/, engine.LOOP_MAKERS)."""
 
     what: str  # in words
     drafts: bool  # False: no γ, schedule, threshold or proposer to set
@@ -193,9 +193,10 @@ class Plan:
         if self.loop not in TREE_LOOPS:
             with_trees = ", ".join(n for n, m in REGISTRY.items() if m.loop in TREE_LOOPS)
             raise ValueError(f"method {self.method} drafts no tree: tree applies to {with_trees}; remove it")
-        if self.schedule == "adaptive":
-            raise ValueError("tree: the adaptive schedule chooses chain lengths and does not size trees yet: "
-                             "use schedule=fixed with a tree, or tree=none with schedule=adaptive")
+        if self.schedule == "adaptive" and not self.tree.auto:
+            raise ValueError("tree: the adaptive schedule chooses chain lengths and does not size trees: use "
+                             "schedule=fixed with a tree, tree=auto (chain or tree, whichever measures faster), "
+                             "or tree=none with schedule=adaptive")
         if self.draft_threshold:
             raise ValueError("tree: draft_threshold ends chains early and does not apply to trees: unset it (0)")
         if self.loop == "cos" and not isinstance(self.gamma, int) and sorted(self.gamma)[-2] > 1:
@@ -231,22 +232,36 @@ class Plan:
 
 
 def parse_tree(tree) -> TreeShape | None:
-    """`tree` as users give it: None / "none" (chains, the paper's), a mapping {nodes: N, width: W,
-    lookup: L (optional, 0), children: distinct | iid (optional, distinct)}, "NxW", "NxW+L" or
-    "NxW+L:iid" (the same in one word), or a TreeShape."""
+    """`tree` as users give it: None / "none" (chains, the paper's), "auto" (a chain or a tree of 7 nodes,
+    width 2, each round whichever measures faster), a mapping {nodes: N, width: W, lookup: L (optional, 0),
+    children: distinct | iid (optional, distinct), auto: true | false (optional, false)}, "NxW", "NxW+L"
+    or "NxW+L:iid" (the same in one word), or a TreeShape."""
     if tree is None or isinstance(tree, TreeShape):
         return tree
     if isinstance(tree, str) and tree.lower() == "none":
         return None
+    if isinstance(tree, str) and tree.lower() == "auto":
+        return TreeShape(*AUTO_SHAPE, auto=True)
     word = re.fullmatch(r"(\d+)x(\d+)(?:\+(\d+))?(?::(\w+))?", tree.strip()) if isinstance(tree, str) else None
     if word:  # "7x2", "7x2+3" or "7x2+3:iid": the one-word form (lm-eval's model_args)
         return TreeShape(int(word[1]), int(word[2]), int(word[3] or 0), word[4] or "distinct")
-    keys = {"nodes", "width", "lookup", "children"}
+    keys = {"nodes", "width", "lookup", "children", "auto"}
     if hasattr(tree, "keys") and {"nodes", "width"} <= set(tree.keys()) <= keys:
-        return TreeShape(tree["nodes"], tree["width"], tree.get("lookup", 0), tree.get("children", "distinct"))
-    raise ValueError(f"tree must be none, {{nodes: N, width: W, lookup: L, children: distinct|iid}} or NxW+L:iid "
+        auto = tree.get("auto", False)
+        if not isinstance(auto, bool):
+            raise ValueError(f"tree auto must be true or false (a chain or this tree, each round whichever "
+                             f"measures faster), got {auto!r}")
+        return TreeShape(tree["nodes"], tree["width"], tree.get("lookup", 0), tree.get("children", "distinct"), auto)
+    raise ValueError(f"tree must be none, auto, {{nodes: N, width: W, lookup: L, children: distinct|iid}} or NxW+L:iid "
                      f"(at most W nodes per level, N in total, L optional: a branch copied from the context; "
                      f"sampled children drawn without replacement unless :iid), got {tree!r}")
+
+
+def default_schedule(tree) -> str:
+    """The schedule users get where they set none: adaptive, except with a tree of a fixed shape, which is
+    sized by `tree` (fixed; the chain rounds of `tree: auto` are adaptive)."""
+    shape = parse_tree(tree)
+    return "fixed" if shape is not None and not shape.auto else "adaptive"
 
 
 def make_plan(

@@ -42,7 +42,7 @@ class GenerationStats:
     tree: str = ""  # the draft tree's shape, "nodes N width W" ("" for chains)
     standard_rounds: int = 0  # rounds the adaptive schedule ran without drafting
     draft_lengths: dict[int, int] = field(default_factory=dict)  # draft length chosen -> rounds
-    round_kinds: dict[str, int] = field(default_factory=dict)  # we_mix_sd, adaptive: rounds of mixture | cos
+    round_kinds: dict[str, int] = field(default_factory=dict)  # rounds per kind: mixture | cos (we_mix_sd, adaptive), chain | tree (tree: auto)
     threads: dict[str, int] = field(default_factory=dict)  # CPU threads chosen per kind of call (threads.py)
     members: list[MemberUsage] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)  # the mixture's w (we_mix, we_mix_sd), config order

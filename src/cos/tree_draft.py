@@ -39,6 +39,7 @@ from .sampling import SamplingParams, pick, to_probs
 from .tree import ROOT, DraftTree
 
 MAX_NODES = 15  # a tree verify feeds the root token and the nodes: 16 rows, what the row kernels cover
+AUTO_SHAPE = (7, 2)  # `tree: auto`'s tree (nodes, width): a verify pass of 8 rows, flat on the Zen 4 CPU measured
 CHILDREN = ("distinct", "iid")  # how a node's sampled children are drawn: without replacement, or i.i.d.
 
 
@@ -48,6 +49,7 @@ class TreeShape:
     width: int
     lookup: int = 0  # the free branch: up to this many tokens copied from the context (0 = off)
     children: str = "distinct"  # sampled children: without replacement, or "iid"
+    auto: bool = False  # `tree: auto`: a round of this tree or a chain round, whichever measures faster
 
     def __post_init__(self) -> None:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
@@ -64,8 +66,8 @@ class TreeShape:
                              f"are drawn: without replacement, or i.i.d.), got {self.children!r}")
 
     def describe(self) -> str:
-        return (f"nodes {self.nodes} width {self.width}" + (f" lookup {self.lookup}" if self.lookup else "")
-                + (" iid" if self.children == "iid" else ""))
+        return (("auto: chain or " if self.auto else "") + f"nodes {self.nodes} width {self.width}"
+                + (f" lookup {self.lookup}" if self.lookup else "") + (" iid" if self.children == "iid" else ""))
 
     @property
     def depth(self) -> int:

@@ -49,8 +49,8 @@ class AlternateLoop:
 
     @property
     def idle(self) -> bool:
-        """Nothing pending: the next round starts a chain from the committed tokens (we_mix_sd may then
-        run a mixture round instead, methods/hybrid.py)."""
+        """Nothing pending: the next round starts a chain from the committed tokens (methods/kinds.py may
+        then run a round of another kind)."""
         return self.pending.shape[0] == 0
 
     def _append(self, member: int, tokens: torch.Tensor, q: torch.Tensor | None, logits: torch.Tensor) -> None:

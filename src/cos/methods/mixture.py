@@ -55,6 +55,8 @@ class MixtureLoop:
         self.learns = schedule is not None and schedule.kind == "adaptive"
         self.own_step: tuple[int, torch.Tensor] | None = None  # (position, p_k) of the last ME step, for β
 
+    idle = True  # a round leaves nothing pending (the coins it read and did not emit are dropped)
+
     def _foreign_to_draft(self) -> int:
         if self.schedule is None:
             return 0

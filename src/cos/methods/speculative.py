@@ -35,6 +35,11 @@ class SpeculativeLoop:
         self.verifiers = [m for i, m in enumerate(st.members) if i != proposer]
         self.carry: list[torch.Tensor] | None = None  # verifiers' logits at the next position
 
+    @property
+    def idle(self) -> bool:
+        """Nothing carried into the next round (`tree: auto` may then run a tree round instead)."""
+        return self.carry is None
+
     def _config_order(self, proposer_logits: torch.Tensor, verifier_logits: list[torch.Tensor]) -> list[torch.Tensor]:
         rows = list(verifier_logits)
         rows.insert(self.p, proposer_logits)

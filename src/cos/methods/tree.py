@@ -40,6 +40,11 @@ class TreeLoop:
         self.carry: list[torch.Tensor] | None = None  # verifiers' rows where the last walk stopped (exact, cos)
         self.pending: tuple[int, torch.Tensor] | None = None  # cos: (t, q_v) owned by the verifier group
 
+    @property
+    def idle(self) -> bool:
+        """Nothing carried into the next round (`tree: auto` may then run a chain round instead)."""
+        return self.carry is None and self.pending is None
+
     def _members(self, proposer_row: torch.Tensor | None, verifier_rows: list[torch.Tensor]) -> list:
         rows = list(verifier_rows)
         rows.insert(self.p, proposer_row)

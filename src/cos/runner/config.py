@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..engine import plan_from_kwargs
-from ..plan import DRAFTLESS, FAMILIES, REGISTRY, TREE_LOOPS, Plan, ignored_bonus, parse_tree
+from ..plan import DRAFTLESS, FAMILIES, REGISTRY, TREE_LOOPS, Plan, default_schedule, ignored_bonus, parse_tree
 from ..sampling import SamplingParams
 from .backend import check_backend, check_vllm_method, check_vllm_runtime
 from .schema import check_keys
@@ -133,8 +133,8 @@ def _plan_kwargs(name: str, m: Mapping) -> dict:
     tree = m.get("tree")
     if tree is not None:
         kw["tree"] = dict(tree) if isinstance(tree, Mapping) else tree  # checked by the plan
-    # checked by the plan (fixed | adaptive); trees are sized by method.tree, so their default is fixed
-    kw["schedule"] = m.get("schedule") or ("fixed" if parse_tree(kw.get("tree")) else "adaptive")
+    # checked by the plan (fixed | adaptive); a tree of a fixed shape is sized by method.tree: fixed
+    kw["schedule"] = m.get("schedule") or default_schedule(kw.get("tree"))
     if loop in DRAFTLESS:  # nothing is drafted: a speculative method's gamma, threshold, schedule, tree do not apply
         kw["gamma"] = 1
         kw.pop("draft_threshold", None)
