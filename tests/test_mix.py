@@ -22,7 +22,7 @@ from cos.methods import kinds as kinds_loop
 from cos.methods import mixture as mixture_loop
 from cos.mixture import Coins, block_seconds, plan_block, predicted_speedup, round_expectation
 from cos.sampling import sample, to_probs
-from cos.round_kinds import WARM_ROUNDS, KindChoice
+from cos.round_kinds import PROBE_COST, WARM_ROUNDS, KindChoice
 from cos.schedule import PROBE_EVERY, CallCosts, Schedule
 from table_member import TableMember
 from test_sampling_exact import THRESHOLD, VOCAB, exact_distribution, l1_distance
@@ -217,24 +217,42 @@ def test_the_faster_kind_of_round_runs_and_the_slower_is_revisited():
     kinds = KindChoice(("mixture", "cos"), {"cos": Schedule("adaptive", 3, 1)})
     for _ in range(WARM_ROUNDS):  # a kind's first rounds (measurement lengths, compiling) are not counted
         assert kinds.choose() == "mixture"
-        kinds.observe("mixture", 9, 1.0)
-    kinds.observe("mixture", 2, 1.0)
+        kinds.observe("mixture", 20, 1.0)
+    kinds.observe("mixture", 9, 1.0)
     assert kinds.choose() == "cos"  # not measured yet
     for _ in range(WARM_ROUNDS + 1):
-        kinds.observe("cos", 3, 1.0)
+        kinds.observe("cos", 10, 1.0)
     picks = []
     for _ in range(2 * PROBE_EVERY):
         picks.append(kinds.choose())
-        kinds.observe(picks[-1], 3 if picks[-1] == "cos" else 2, 1.0)
+        kinds.observe(picks[-1], 10 if picks[-1] == "cos" else 9, 1.0)
     probes = [i for i, kind in enumerate(picks) if kind == "mixture"]
-    assert len(probes) == 2 and probes[1] - probes[0] == PROBE_EVERY + 1  # after 16 rounds of the faster kind
+    assert len(probes) == 2 and probes[1] - probes[0] == PROBE_EVERY + 1  # a close loser: every 16 rounds
     for _ in range(30):  # the mixture rounds speed up (another stretch of text, another load): they win
-        kinds.observe("mixture", 5, 1.0)
+        kinds.observe("mixture", 12, 1.0)
     assert kinds.choose() == "cos"  # 30 rounds since CoS ran: a probe
-    kinds.observe("cos", 3, 1.0)
-    assert kinds.choose() == "mixture" and kinds.rate("cos") == pytest.approx(3.0)
+    kinds.observe("cos", 10, 1.0)
+    assert kinds.choose() == "mixture" and kinds.rate("cos") == pytest.approx(10.0)
     kinds.start()
     assert kinds.chosen == {"mixture": 0, "cos": 0}  # counts per generation, rates across them
+
+
+def test_a_kind_far_behind_is_probed_rarely_enough_to_cost_little():
+    """A probe of a slow kind costs its round's seconds beyond what its tokens are worth at the best
+    rate; it waits until that is at most PROBE_COST of the time since it last ran."""
+    kinds = KindChoice(("chain", "tree"))
+    for _ in range(WARM_ROUNDS + 1):
+        kinds.observe("chain", 2, 1.0)  # 2 tokens/s
+        kinds.observe("tree", 2, 4.0)  # 0.5 tokens/s in rounds of 4 s: each probe loses 3 s
+    picks = []
+    for _ in range(400):
+        picks.append(kinds.choose())
+        kinds.observe(picks[-1], 2, 1.0 if picks[-1] == "chain" else 4.0)
+    probes = [i for i, kind in enumerate(picks) if kind == "tree"]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(probes) >= 2 and all(gap - 1 == pytest.approx(3.0 / PROBE_COST, abs=1) for gap in gaps)
+    lost = len(probes) * 3.0 / sum(1.0 if kind == "chain" else 4.0 for kind in picks)
+    assert lost <= PROBE_COST * 1.05  # the share of the time the probes lost
 
 
 def test_a_member_with_weight_zero_keeps_the_hybrid_to_mixture_rounds(models):

@@ -29,7 +29,7 @@ from .methods.standard import standard_round
 from .methods.state import DecodeState
 from .plan import DRAFTLESS, LOOPS, MIXTURES, Plan, default_schedule, make_plan, method_info
 from .presets import make_combination
-from .round_kinds import KindChoice
+from .round_kinds import TREE_DECAY, KindChoice
 from .sampling import SamplingParams
 from .schedule import Schedule
 from .stats import GenerationStats, MemberUsage, predict_speedup
@@ -203,7 +203,7 @@ class Engine:
         every member's row)."""
         plan = self.plan
         if plan.tree is not None and plan.tree.auto:
-            return KindChoice(("chain", "tree"))
+            return KindChoice(("chain", "tree"), decay=TREE_DECAY)
         if plan.loop == "mix_sd" and self.schedule.kind == "adaptive" and min(plan.combination.weights) > 0:
             return KindChoice(("mixture", "cos"), {"cos": Schedule("adaptive", plan.gammas[plan.proposer], 1)})
         return None
