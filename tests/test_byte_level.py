@@ -1,0 +1,270 @@
+"""Byte-level members (cos.byte_level): exact next-byte laws of token-level models, and collaborative
+decoding over bytes of members with different tokenizers.
+
+- Deterministic: the probability a byte-level member gives a whole string (its symbols' laws, then END)
+  equals the brute-force marginal over every tokenization of the string, each tokenization's probability
+  taken from a fresh forward of a tiny transformer (its own code path: no cache, no tree).
+- Monte Carlo: strings sampled token by token and decoded are distributed as the byte-level member's law
+  over their first symbols (Bretagnolle-Huber-Carol bound, δ = 1e-6, as in test_sampling_exact.py); a
+  member that keeps one tokenization (the heaviest) is the negative control and must fail the same bound.
+- The naive byte-level ensemble samples r = f(byte laws) for two members whose vocabularies differ.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from cos import Contrastive, Member, SamplingParams, WeightedEnsemble
+from cos.byte_level import END, ByteMember, TokenBytes, combined_law, generate_naive
+from conftest import tiny_model
+from table_member import TableMember
+from tiny_checkpoint import byte_tokenizer
+
+# two vocabularies over the bytes a, b with different merges; the last id is the end-of-text token
+PIECES_A = [b"a", b"b", b"ab", b"ba", b"aab", b""]
+PIECES_B = [b"a", b"b", b"bb", b"aa", b"bab", b"abb", b""]
+A, B = ord("a"), ord("b")
+
+
+def vocabulary(pieces) -> TokenBytes:
+    return TokenBytes(list(pieces), frozenset({len(pieces) - 1}), len(pieces))
+
+
+def table_member(pieces, seed: int, prune: float = 0.0) -> ByteMember:
+    return ByteMember(TableMember(seed, vocab=len(pieces), scale=1.5, name=f"table{seed}"), vocabulary(pieces), prune)
+
+
+def llama_member(pieces, seed: int) -> ByteMember:
+    model = tiny_model(seed, vocab=len(pieces), hidden=32, layers=2)
+    return ByteMember(Member(model, name=f"llama{seed}", capacity=256), vocabulary(pieces))
+
+
+def next_token_law(member: ByteMember, tokens: list[int]) -> torch.Tensor:
+    """The model's next-token law after `tokens`, from a fresh forward (TableMember: its table)."""
+    seq = torch.tensor(tokens)
+    if isinstance(member.member, TableMember):
+        logits = member.member.logits_at(seq, torch.tensor([len(tokens)]))[0]
+    else:
+        with torch.no_grad():
+            logits = member.member.model(input_ids=seq[None]).logits[0, -1]
+    return logits.double().softmax(-1)
+
+
+def tokenizations(data: bytes, pieces) -> list[list[int]]:
+    """Every token sequence (no end token) whose pieces concatenate to `data`."""
+    if not data:
+        return [[]]
+    out = []
+    for t, piece in enumerate(pieces):
+        if piece and data.startswith(piece):
+            out += [[t] + rest for rest in tokenizations(data[len(piece):], pieces)]
+    return out
+
+
+def brute_force(member: ByteMember, prompt: list[int], data: bytes) -> float:
+    """P(the generated text is exactly `data`) = Σ over its tokenizations of P(tokens, then end)."""
+    end = len(member.vocab.pieces) - 1
+    total = 0.0
+    for tokens in tokenizations(data, member.vocab.pieces):
+        p, seq = 1.0, list(prompt)
+        for t in tokens + [end]:
+            p *= float(next_token_law(member, seq)[t])
+            seq.append(t)
+        total += p
+    return total
+
+
+def byte_level(member: ByteMember, prompt: list[int], data: bytes) -> float:
+    member.start(prompt)
+    p = 1.0
+    for symbol in list(data) + [END]:
+        p *= float(member.distribution()[symbol])
+        member.advance(symbol)
+    return p
+
+
+STRINGS = [bytes(s) for n in range(5) for s in itertools.product([A, B], repeat=n)]
+
+
+@pytest.mark.parametrize("pieces", [PIECES_A, PIECES_B], ids=["vocab_a", "vocab_b"])
+def test_string_probability_is_the_marginal_over_every_tokenization(pieces):
+    member = llama_member(pieces, seed=3)
+    prompt = [0, 1]
+    for data in STRINGS:
+        assert byte_level(member, prompt, data) == pytest.approx(brute_force(member, prompt, data), rel=1e-5), data
+    # the strings up to 4 bytes hold most of the mass only with short texts; at least their sum is below 1
+    assert sum(byte_level(member, prompt, s) for s in STRINGS) < 1.0
+
+
+def test_each_law_is_a_distribution_and_ambiguity_is_tracked():
+    member = llama_member(PIECES_A, seed=4)
+    member.start([0])
+    for symbol in b"abab":
+        law = member.distribution()
+        assert law.shape == (257,) and float(law.sum()) == pytest.approx(1.0, abs=1e-12)
+        assert set(torch.nonzero(law).flatten().tolist()) == {A, B, END}
+        member.advance(symbol)
+    # "abab": a|b|a|b, ab|ab, a|ba|b, ab|a|b, a|b|ab ... more than one hypothesis is alive
+    assert member.stats.most_hypotheses > 2
+    assert member.stats.forwards <= member.stats.bytes + 1
+
+
+def test_impossible_symbol_and_a_finished_text_are_refused():
+    member = table_member(PIECES_A, seed=1)
+    member.start([0])
+    with pytest.raises(ValueError, match="probability 0"):
+        member.advance(ord("c"))
+    member.advance(END)
+    with pytest.raises(RuntimeError, match="ended"):
+        member.distribution()
+
+
+# Monte Carlo: outcomes are the first 3 symbols (a text that ends sooner: its bytes, then END)
+N_SYMBOLS_MC, N_SAMPLES, DELTA = 3, 12000, 1e-6
+OUTCOMES = [s for n in range(N_SYMBOLS_MC + 1) for s in itertools.product([A, B], repeat=n)]
+THRESHOLD = math.sqrt(2 * (len(OUTCOMES) * math.log(2) + math.log(1 / DELTA)) / N_SAMPLES)
+
+
+def law_of_outcomes(member: ByteMember, prompt: list[int]) -> dict[tuple, float]:
+    """The byte-level member's probability of each outcome, enumerated symbol by symbol."""
+    out = {}
+    for outcome in OUTCOMES:
+        member.start(prompt)
+        p = 1.0
+        for symbol in outcome:
+            p *= float(member.distribution()[symbol])
+            if p == 0:  # the control can rule a string out
+                break
+            member.advance(symbol)
+        out[outcome] = p * (float(member.distribution()[END]) if p and len(outcome) < N_SYMBOLS_MC else 1.0)
+    return out
+
+
+def sampled_tokens(member: ByteMember, prompt: list[int], seed: int) -> tuple:
+    """Sample tokens from the model, decode: the outcome of the text's first symbols."""
+    generator, seq, data = torch.Generator().manual_seed(seed), list(prompt), b""
+    while len(data) < N_SYMBOLS_MC:
+        t = int(torch.multinomial(next_token_law(member, seq).float(), 1, generator=generator))
+        if t in member.vocab.end_ids:
+            break
+        data += member.vocab.pieces[t]
+        seq.append(t)
+    return tuple(data[:N_SYMBOLS_MC])
+
+
+class HeaviestTokenization(ByteMember):
+    """Negative control: keeps one tokenization, the heaviest (what 'decode the likeliest token' does)."""
+
+    def _renormalise(self) -> None:
+        best = max([(h.weight, h) for h in self.boundary] +
+                   [(float(w), (p, i)) for p in self.partials for i, w in enumerate(p.weights)], key=lambda x: x[0])
+        if isinstance(best[1], tuple):
+            p, i = best[1]
+            self.boundary, self.partials = [], [type(p)(p.path, p.offset, p.ids[i:i + 1], p.weights[i:i + 1])]
+        else:
+            self.boundary, self.partials = [best[1]], []
+        super()._renormalise()
+
+
+@pytest.mark.slow
+def test_sampled_tokens_decoded_are_distributed_as_the_byte_level_law():
+    member = table_member(PIECES_A, seed=5)
+    prompt = [0, 2]
+    empirical = Counter(sampled_tokens(member, prompt, s) for s in range(N_SAMPLES))
+    exact = law_of_outcomes(member, prompt)
+    assert sum(exact.values()) == pytest.approx(1.0, abs=1e-9)
+    l1 = sum(abs(empirical[o] / N_SAMPLES - p) for o, p in exact.items())
+    assert l1 < THRESHOLD, (l1, THRESHOLD)
+    control = law_of_outcomes(HeaviestTokenization(member.member, member.vocab), prompt)
+    l1_control = sum(abs(empirical[o] / N_SAMPLES - p) for o, p in control.items())
+    assert l1_control > THRESHOLD, (l1_control, THRESHOLD)
+
+
+def ensemble_law(members, combination, params, prompts) -> dict[tuple, float]:
+    out = {}
+    for outcome in OUTCOMES:
+        for m, prompt in zip(members, prompts):
+            m.start(prompt)
+        p = 1.0
+        for symbol in outcome:
+            p *= float(combined_law(members, combination, params)[symbol])
+            for m in members:
+                m.advance(symbol)
+        out[outcome] = p * (float(combined_law(members, combination, params)[END])
+                            if len(outcome) < N_SYMBOLS_MC else 1.0)
+    return out
+
+
+COMBINATIONS = {"we": WeightedEnsemble.two_member(0.4), "cd": Contrastive(alpha=0.3)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(COMBINATIONS))
+def test_naive_ensemble_of_two_vocabularies_samples_r(name):
+    combination, params = COMBINATIONS[name], SamplingParams(temperature=1.0)
+    members = [table_member(PIECES_A, seed=6), table_member(PIECES_B, seed=7)]
+    prompts = [[0, 2], [1, 3]]
+    exact = ensemble_law(members, combination, params, prompts)
+    assert sum(exact.values()) == pytest.approx(1.0, abs=1e-6)
+    n = 3000
+    counts = Counter(tuple(generate_naive(members, combination, prompts, N_SYMBOLS_MC, params, seed=s).data)
+                     for s in range(n))
+    l1 = sum(abs(counts[o] / n - p) for o, p in exact.items())
+    bound = math.sqrt(2 * (len(OUTCOMES) * math.log(2) + math.log(1 / DELTA)) / n)
+    assert l1 < bound, (l1, bound)
+
+
+def test_naive_ensemble_greedy_follows_argmax_r():
+    members = [llama_member(PIECES_A, seed=8), llama_member(PIECES_B, seed=9)]
+    combination, greedy = WeightedEnsemble.two_member(0.5), SamplingParams(temperature=0)
+    out = generate_naive(members, combination, [[0], [1]], 6, greedy)
+    for m, prompt in zip(members, [[0], [1]]):
+        m.start(prompt)
+    expected = bytearray()
+    for _ in range(6):
+        symbol = int(combined_law(members, combination, greedy).argmax())
+        if symbol == END:
+            break
+        expected.append(symbol)
+        for m in members:
+            m.advance(symbol)
+    assert out.data == bytes(expected)
+
+
+def test_pruning_drops_light_tokenizations_and_counts_the_mass():
+    exact, pruned = table_member(PIECES_A, seed=10), table_member(PIECES_A, seed=10, prune=0.05)
+    greedy = SamplingParams(temperature=0)
+    data = generate_naive([pruned], WeightedEnsemble(n_members=1, weights=(1.0,)), [[0]], 6, greedy).data
+    assert len(data) >= 3
+    p_exact, p_pruned = byte_level(exact, [0], data), byte_level(pruned, [0], data)
+    assert pruned.stats.most_hypotheses < exact.stats.most_hypotheses
+    assert 0 < pruned.stats.pruned and exact.stats.pruned == 0
+    assert p_pruned != p_exact
+
+
+def test_token_bytes_from_a_byte_level_tokenizer():
+    tokenizer = byte_tokenizer()
+    vocab = TokenBytes.from_tokenizer(tokenizer, len(tokenizer) + 3, [tokenizer.eos_token_id])
+    assert vocab.pieces[ord("a")] == b"a" and vocab.pieces[0x80] == bytes([0x80])
+    assert not vocab.generated[-3:].any()  # logits rows past the tokenizer: never generated
+    assert int(vocab.first[tokenizer.eos_token_id]) == END
+
+
+def test_an_unknown_byte_mapping_is_refused_with_the_fix():
+    word = Tokenizer(tok_models.WordLevel({"hello": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    word.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=word, unk_token="[UNK]")
+    with pytest.raises(ValueError, match="byte-level BPE"):
+        TokenBytes.from_tokenizer(tokenizer, 2, [])
+
+
+def test_vocabulary_size_mismatch_is_refused():
+    with pytest.raises(ValueError, match="vocab_size"):
+        ByteMember(TableMember(0, vocab=8), vocabulary(PIECES_A))
