@@ -22,7 +22,8 @@ from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from cos import Contrastive, Member, SamplingParams, WeightedEnsemble
-from cos.byte_level import END, ByteMember, TokenBytes, combined_law, generate_naive
+from cos.byte_level import END, ByteMember, TokenBytes, combined_law, generate_naive, generate_speculative
+from cos.byte_level.member import Covers, Partial
 from conftest import tiny_model
 from table_member import TableMember
 from tiny_checkpoint import byte_tokenizer
@@ -162,15 +163,11 @@ def sampled_tokens(member: ByteMember, prompt: list[int], seed: int) -> tuple:
 class HeaviestTokenization(ByteMember):
     """Negative control: keeps one tokenization, the heaviest (what 'decode the likeliest token' does)."""
 
-    def _renormalise(self) -> None:
-        best = max([(h.weight, h) for h in self.boundary] +
-                   [(float(w), (p, i)) for p in self.partials for i, w in enumerate(p.weights)], key=lambda x: x[0])
-        if isinstance(best[1], tuple):
-            p, i = best[1]
-            self.boundary, self.partials = [], [type(p)(p.path, p.offset, p.ids[i:i + 1], p.weights[i:i + 1])]
-        else:
-            self.boundary, self.partials = [best[1]], []
-        super()._renormalise()
+    def _renormalised(self, covers: Covers) -> tuple[Covers, float]:
+        entries = [(w, Covers({path: w}, [])) for path, w in covers.boundary.items()]
+        entries += [(float(w), Covers({}, [Partial(p.path, p.offset, p.ids[i:i + 1], p.weights[i:i + 1])]))
+                    for p in covers.partials for i, w in enumerate(p.weights)]
+        return super()._renormalised(max(entries, key=lambda e: e[0])[1]) if entries else (covers, 0.0)
 
 
 @pytest.mark.slow
@@ -268,3 +265,105 @@ def test_an_unknown_byte_mapping_is_refused_with_the_fix():
 def test_vocabulary_size_mismatch_is_refused():
     with pytest.raises(ValueError, match="vocab_size"):
         ByteMember(TableMember(0, vocab=8), vocabulary(PIECES_A))
+
+
+# -- speculation over bytes -------------------------------------------------------------------------------
+def sequential_laws(member: ByteMember, prompt: list[int], symbols: list[int]) -> torch.Tensor:
+    member.start(prompt)
+    laws = []
+    for symbol in symbols:
+        laws.append(member.distribution())
+        member.advance(symbol)
+    return torch.stack(laws + [member.distribution()])
+
+
+@pytest.mark.parametrize("make", [table_member, llama_member], ids=["table", "llama"])
+@pytest.mark.parametrize("prune", [0.0, 0.02])
+def test_laws_along_a_draft_are_the_laws_byte_by_byte(make, prune):
+    """Exact (prune 0), every single-byte tokenization stays alive: one forward per byte, as stepwise.
+    Pruned, the levels are the likely tokenizations': fewer forwards."""
+    member = make(PIECES_B, 12)
+    member.prune = prune
+    member.start([0, 1])
+    drafts = (member.draft(8, greedy=False, generator=torch.Generator().manual_seed(seed)) for seed in range(200))
+    symbols = next(d for d in drafts if END not in d)  # a text the member can emit, 8 bytes long
+    expected = sequential_laws(member, [0, 1], symbols)
+    stepwise = member.stats.forwards
+    member.start([0, 1])
+    ahead = member.laws_along(symbols)
+    torch.testing.assert_close(ahead, expected, rtol=1e-5, atol=1e-7)  # fp32 rows of a tree vs of a chain
+    assert member.stats.forwards < stepwise if prune else member.stats.forwards <= stepwise
+    ahead_forwards = member.stats.forwards
+    for symbol in symbols:  # emitting the draft afterwards needs no forward: its laws are known
+        member.advance(symbol)
+    member.distribution()
+    assert member.stats.forwards == ahead_forwards
+
+
+def test_laws_along_stop_at_end_and_at_an_impossible_byte():
+    member = table_member(PIECES_A, 13)
+    member.start([0])
+    assert member.laws_along([A, END, B]).shape == (2, 257)
+    assert member.laws_along([A, ord("c"), B]).shape == (2, 257)
+
+
+SPEC_CASES = {"we_draft_a": ("we", 0), "we_draft_b": ("we", 1), "cd_draft_a": ("cd", 0)}
+
+
+@pytest.mark.parametrize("case", list(SPEC_CASES))
+@pytest.mark.parametrize("draft_bytes", [1, 3, 5])
+def test_speculative_greedy_is_the_naive_reference(case, draft_bytes):
+    name, drafter = SPEC_CASES[case]
+    greedy = SamplingParams(temperature=0)
+    for seed in range(3):
+        # prune: with every tokenization kept their number doubles with each byte (2^24 here)
+        members = [table_member(PIECES_A, 20 + seed, prune=1e-4), table_member(PIECES_B, 30 + seed, prune=1e-4)]
+        prompts = [[0, seed % 5], [1, 2]]
+        naive = generate_naive(members, COMBINATIONS[name], prompts, 24, greedy)
+        spec = generate_speculative(members, COMBINATIONS[name], prompts, 24, greedy, drafter=drafter,
+                                    draft_bytes=draft_bytes)
+        assert (spec.data, spec.ended) == (naive.data, naive.ended)
+        if draft_bytes > 1 and len(naive.data) > 8:
+            assert spec.rounds < naive.rounds
+
+
+def test_speculative_greedy_on_transformers_with_different_vocabularies():
+    members = [llama_member(PIECES_A, 8), llama_member(PIECES_B, 9)]
+    for m in members:
+        m.prune = 0.02
+    combination, greedy = WeightedEnsemble.two_member(0.5), SamplingParams(temperature=0)
+    naive = generate_naive(members, combination, [[0], [1]], 16, greedy)
+    spec = generate_speculative(members, combination, [[0], [1]], 16, greedy, drafter=1, draft_bytes=6)
+    assert (spec.data, spec.ended) == (naive.data, naive.ended)
+
+
+def spec_l1(members, combination, prompts, n: int, **options) -> float:
+    params = SamplingParams(temperature=1.0)
+    exact = ensemble_law(members, combination, params, prompts)
+    counts = Counter(tuple(generate_speculative(members, combination, prompts, N_SYMBOLS_MC, params, seed=s,
+                                                **options).data) for s in range(n))
+    return sum(abs(counts[o] / n - p) for o, p in exact.items())
+
+
+N_SPEC = 3000
+SPEC_BOUND = math.sqrt(2 * (len(OUTCOMES) * math.log(2) + math.log(1 / DELTA)) / N_SPEC)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(SPEC_CASES))
+def test_speculative_sampling_samples_r(case):
+    name, drafter = SPEC_CASES[case]
+    members = [table_member(PIECES_A, 6), table_member(PIECES_B, 7)]
+    l1 = spec_l1(members, COMBINATIONS[name], [[0, 2], [1, 3]], N_SPEC, drafter=drafter, draft_bytes=2)
+    assert l1 < SPEC_BOUND, (l1, SPEC_BOUND)
+
+
+@pytest.mark.slow
+def test_speculative_sampling_negative_control_fails(monkeypatch):
+    """A residual drawn from r instead of norm(max(0, r - q)) must fail the same bound."""
+    import cos.acceptance
+
+    monkeypatch.setattr(cos.acceptance, "residual_distribution", lambda r, q: r)
+    members = [table_member(PIECES_A, 6), table_member(PIECES_B, 7)]
+    l1 = spec_l1(members, COMBINATIONS["we"], [[0, 2], [1, 3]], N_SPEC, drafter=0, draft_bytes=2)
+    assert l1 > SPEC_BOUND, (l1, SPEC_BOUND)

@@ -1,8 +1,9 @@
 """Byte-level members: models with different tokenizers combined exactly over bytes (docs/byte_level.md)."""
 
 from .member import ByteMember, ByteStats
-from .naive import ByteGeneration, combined_law, generate_naive
+from .naive import ByteGeneration, combined_law, combined_rows, generate_naive
+from .speculative import generate_speculative
 from .vocabulary import END, N_SYMBOLS, TokenBytes
 
 __all__ = ["ByteGeneration", "ByteMember", "ByteStats", "END", "N_SYMBOLS", "TokenBytes", "combined_law",
-           "generate_naive"]
+           "combined_rows", "generate_naive", "generate_speculative"]

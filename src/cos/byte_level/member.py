@@ -14,12 +14,17 @@ probabilities renormalised to sum 1:
 
 Emitting a byte keeps the hypotheses that agree with it; a partial token whose bytes are used up becomes
 a boundary hypothesis. Every tokenization of the text is counted, canonical or not, so nothing depends
-on the tokenizer's pretokenizer or merges. The boundary hypotheses of one position are scored in one
-forward as a token tree (tree.py) after the longest token prefix all hypotheses share, which stays in
-the member's KV cache: a token of k bytes costs one forward for its k bytes.
+on the tokenizer's pretokenizer or merges.
 
-`prune` drops hypotheses whose weight falls below that fraction of the total (0: none; exact). The
-mass dropped is counted (`stats.pruned`, a bound on the total-variation error it caused).
+Forwards: the model's law after a token path is computed once and kept (`known`) while the path can
+still matter. The open paths of a step are scored in one forward, as a token tree (tree.py) after the
+longest token prefix all hypotheses share, which stays in the member's KV cache. `laws_along(bytes)`
+gives the laws at every position of a byte string not yet emitted (a draft) in one forward per token
+level, not one per byte: what speculation over bytes verifies with.
+
+`prune` drops a boundary hypothesis (a tokenization that would need a forward) whose weight is below
+that fraction of the total (0: none, exact). Partial tokens cost no forward and are never dropped. The
+mass dropped is counted (`stats.pruned`, summed over steps: a bound on the total-variation error).
 """
 
 from __future__ import annotations
@@ -33,20 +38,26 @@ from ..member import Member
 from ..tree import ROOT, DraftTree
 from .vocabulary import END, N_SYMBOLS, TokenBytes
 
-
-@dataclass
-class Boundary:
-    path: tuple[int, ...]  # generated tokens, ending exactly at the bytes' end
-    weight: float
-    probs: torch.Tensor | None = None  # float64 [V]: the model's next-token law after path (generated tokens)
+Path = tuple[int, ...]  # generated tokens after the prompt's
 
 
 @dataclass
 class Partial:
-    path: tuple[int, ...]  # the tokens before the straddling one
+    path: Path  # the tokens before the straddling one
     offset: int  # bytes of the straddling tokens already emitted
     ids: torch.Tensor  # [k] straddling tokens that agree so far (each longer than offset)
     weights: torch.Tensor  # float64 [k]
+
+
+@dataclass
+class Covers:
+    """The hypotheses after some bytes: boundary (path -> weight) and partial groups; weights sum to 1."""
+
+    boundary: dict[Path, float]
+    partials: list[Partial]
+
+    def paths(self) -> list[Path]:
+        return list(self.boundary) + [p.path for p in self.partials]
 
 
 @dataclass
@@ -74,109 +85,192 @@ class ByteMember:
         self.name = self.name or self.member.name
         self.prompt: list[int] = []
 
+    # -- the text so far ------------------------------------------------------------------------------
     def start(self, prompt_ids: Sequence[int]) -> None:
         """A new text after the prompt's tokens (the model's own tokenization of the prompt)."""
         if not prompt_ids:
             raise ValueError(f"{self.name}: an empty prompt: give at least one token (a BOS token will do)")
         self.prompt = [int(t) for t in prompt_ids]
         self.member.prefill(torch.tensor(self.prompt))
-        self.boundary = [Boundary((), 1.0)]
-        self.partials: list[Partial] = []
+        self.covers = Covers({(): 1.0}, [])
+        self.known: dict[Path, torch.Tensor] = {}  # path -> float64 [V], the model's next-token law
         self.ended = False
-        self._law: torch.Tensor | None = None
         self.stats = ByteStats()
 
     def distribution(self) -> torch.Tensor:
         """P(next symbol | the bytes so far), float64 [257] (256 bytes, then END)."""
         if self.ended:
             raise RuntimeError(f"{self.name}: the text has ended; start a new one")
-        if self._law is None:
-            self._score([h for h in self.boundary if h.probs is None])
-            mass = torch.zeros(N_SYMBOLS + 1, dtype=torch.float64)
-            for h in self.boundary:
-                mass.index_add_(0, self.vocab.first, h.weight * h.probs)
-            for p in self.partials:
-                mass.index_add_(0, self.vocab.table[p.ids, p.offset].long(), p.weights)
-            mass = mass[:N_SYMBOLS]
-            self._law = mass / mass.sum()
-        return self._law
+        self._score(self._open(self.covers))
+        return self._law(self.covers)
 
     def advance(self, symbol: int) -> None:
         """Emit `symbol` (a byte value or END): keep the hypotheses that agree with it."""
         law = self.distribution()
         if not law[symbol] > 0:
-            raise ValueError(f"{self.name}: symbol {symbol} has probability 0 here: it cannot be emitted")
-        self._law = None
+            raise ValueError(f"{self.name}: symbol {symbol} has probability 0 here (prune {self.prune:g} "
+                             f"dropped every tokenization that reads it: lower prune)")
         self.stats.bytes += 1
         if symbol == END:
             self.ended = True
             return
-        boundary, partials = [], []
-        starting = self.vocab.starting[symbol]
-        for h in self.boundary:  # the next token starts with this byte
-            self._split(h.path, 0, starting, h.weight * h.probs[starting], boundary, partials)
-        for p in self.partials:
-            agree = self.vocab.table[p.ids, p.offset] == symbol
-            self._split(p.path, p.offset, p.ids[agree], p.weights[agree], boundary, partials)
-        self.boundary, self.partials = boundary, partials
-        self._renormalise()
+        self.covers, dropped = self._step(self.covers, symbol)
+        self.stats.pruned += dropped
+        count = len(self.covers.boundary) + sum(p.ids.numel() for p in self.covers.partials)
+        self.stats.most_hypotheses = max(self.stats.most_hypotheses, count)
+        self._forget()
 
-    def _split(self, path, offset, ids, weights, boundary: list, partials: list) -> None:
+    # -- ahead of the text ----------------------------------------------------------------------------
+    def laws_along(self, symbols: Sequence[int]) -> torch.Tensor:
+        """The laws [m + 1, 257] before each of `symbols` and after the last (m = len(symbols)), emitting
+        nothing. One forward per token level: each walk scores every open path it meets. Stops early
+        (fewer rows) after a symbol of probability 0 or END."""
+        if self.ended:
+            raise RuntimeError(f"{self.name}: the text has ended; start a new one")
+        while True:
+            laws, missing = self._walk(symbols)
+            if not missing:
+                return torch.stack(laws)
+            self._score(missing)
+
+    def draft(self, n_bytes: int, greedy: bool, generator: torch.Generator | None) -> list[int]:
+        """Up to n_bytes symbols drawn from this member's byte-level law (greedy: its likeliest cover
+        continued by argmax tokens): a cover of the text so far is drawn by weight, then tokens after it,
+        so the bytes follow `laws_along`'s laws. Ends early at END."""
+        self.distribution()
+        path, out = self._pick_cover(greedy, generator)
+        while len(out) < n_bytes:
+            probs = self._probs(path)
+            token = int(probs.argmax()) if greedy else int(torch.multinomial(probs, 1, generator=generator))
+            if token in self.vocab.end_ids:
+                return out + [END]
+            out += list(self.vocab.pieces[token])
+            path += (token,)
+        return out[:n_bytes]
+
+    # -- one step of the hypotheses (pure, given the known laws) --------------------------------------
+    def _open(self, covers: Covers) -> list[Path]:
+        return [p for p in covers.boundary if p not in self.known]
+
+    def _law(self, covers: Covers) -> torch.Tensor:
+        mass = torch.zeros(N_SYMBOLS + 1, dtype=torch.float64)
+        for path, weight in covers.boundary.items():
+            mass.index_add_(0, self.vocab.first, weight * self.known[path])
+        for p in covers.partials:
+            mass.index_add_(0, self.vocab.table[p.ids, p.offset].long(), p.weights)
+        mass = mass[:N_SYMBOLS]
+        return mass / mass.sum()
+
+    def _step(self, covers: Covers, symbol: int) -> tuple[Covers, float]:
+        """The covers after one more byte (every boundary path's law must be known), and the relative
+        weight pruning dropped."""
+        out = Covers({}, [])
+        starting = self.vocab.starting[symbol]
+        for path, weight in covers.boundary.items():  # the next token starts with this byte
+            self._split(out, path, 0, starting, weight * self.known[path][starting])
+        for p in covers.partials:
+            agree = self.vocab.table[p.ids, p.offset] == symbol
+            self._split(out, p.path, p.offset, p.ids[agree], p.weights[agree])
+        return self._renormalised(out)
+
+    def _split(self, out: Covers, path: Path, offset: int, ids, weights) -> None:
         """Tokens that agree with one more byte: those it completes become boundary hypotheses."""
         done = self.vocab.lengths[ids] == offset + 1
-        boundary.extend(Boundary(path + (int(t),), float(w)) for t, w in zip(ids[done].tolist(), weights[done]))
+        for t, w in zip(ids[done].tolist(), weights[done].tolist()):
+            out.boundary[path + (t,)] = w
         if not done.all():
-            partials.append(Partial(path, offset + 1, ids[~done], weights[~done]))
+            out.partials.append(Partial(path, offset + 1, ids[~done], weights[~done]))
 
-    def _renormalise(self) -> None:
-        total = sum(h.weight for h in self.boundary) + sum(float(p.weights.sum()) for p in self.partials)
-        cut = self.prune * total
-        if cut > 0:
-            kept = [h for h in self.boundary if h.weight >= cut]
-            dropped = sum(h.weight for h in self.boundary) - sum(h.weight for h in kept)
-            self.boundary, partials = kept, []
-            for p in self.partials:
-                keep = p.weights >= cut
-                dropped += float(p.weights[~keep].sum())
-                if keep.any():
-                    partials.append(Partial(p.path, p.offset, p.ids[keep], p.weights[keep]))
-            self.partials = partials
-            self.stats.pruned += dropped / total
-            total -= dropped
-        for h in self.boundary:
-            h.weight /= total
-        for p in self.partials:
-            p.weights = p.weights / total
-        count = len(self.boundary) + sum(p.ids.numel() for p in self.partials)
-        self.stats.most_hypotheses = max(self.stats.most_hypotheses, count)
+    def _renormalised(self, covers: Covers) -> tuple[Covers, float]:
+        total = sum(covers.boundary.values()) + sum(float(p.weights.sum()) for p in covers.partials)
+        if total == 0:
+            return covers, 0.0
+        dropped = 0.0
+        if self.prune > 0:
+            kept = {path: w for path, w in covers.boundary.items() if w >= self.prune * total}
+            dropped = sum(covers.boundary.values()) - sum(kept.values())
+            covers.boundary = kept
+        rest = total - dropped
+        return Covers({path: w / rest for path, w in covers.boundary.items()},
+                      [Partial(p.path, p.offset, p.ids, p.weights / rest) for p in covers.partials]), dropped / total
 
-    def _score(self, open_: list[Boundary]) -> None:
-        """The model's next-token law after each open boundary hypothesis: one forward for all of them, a
-        token tree laid after the prefix that every live hypothesis shares."""
-        if not open_:
+    def _walk(self, symbols: Sequence[int]) -> tuple[list[torch.Tensor], list[Path]]:
+        """Laws along `symbols` from the known ones, and the open paths met on the way (those whose
+        branches the walk could not follow: their laws are the next forward's)."""
+        covers, laws, missing = self.covers, [], []
+        for i in range(len(symbols) + 1):
+            open_ = self._open(covers)
+            if open_:
+                missing += open_
+                covers = Covers({p: w for p, w in covers.boundary.items() if p in self.known}, covers.partials)
+            if not missing:
+                laws.append(self._law(covers))
+                if i < len(symbols) and (symbols[i] == END or not laws[-1][symbols[i]] > 0):
+                    break
+            if i == len(symbols) or symbols[i] == END:
+                break
+            covers, _ = self._step(covers, symbols[i])
+            if not covers.boundary and not covers.partials:
+                break
+        return laws, missing
+
+    # -- the model --------------------------------------------------------------------------------------
+    def _probs(self, path: Path) -> torch.Tensor:
+        if path not in self.known:
+            self._score([path])
+        return self.known[path]
+
+    def _score(self, paths: list[Path]) -> None:
+        """The model's next-token law after each path: one forward for all of them, a token tree laid
+        after the prefix every live hypothesis shares (it stays cached)."""
+        if not paths:
             return
-        shared = _common_prefix([h.path for h in self.boundary] + [p.path for p in self.partials])
+        shared = _common_prefix(self.covers.paths() + paths)
         seq = torch.tensor(self.prompt + list(shared))
-        if len(open_) == 1 and open_[0].path == shared:
+        if paths == [shared]:
             rows, where = self.member.score(seq, 1), [0]
         else:
             tree, node = DraftTree(), {}
-            for h in open_:
+            for path in paths:
                 parent = ROOT
-                for depth in range(len(shared), len(h.path)):
-                    key = h.path[: depth + 1]
+                for depth in range(len(shared), len(path)):
+                    key = path[: depth + 1]
                     if key not in node:
-                        node[key] = tree.add(h.path[depth], parent)
+                        node[key] = tree.add(path[depth], parent)
                     parent = node[key]
             rows = self.member.score_tree(seq, tree, root=True)
-            where = [0 if h.path == shared else 1 + node[h.path] for h in open_]
+            where = [0 if path == shared else 1 + node[path] for path in paths]
         self.stats.forwards += 1
-        logits = rows.double().masked_fill(~self.vocab.generated, float("-inf"))
-        for h, row in zip(open_, where):
-            h.probs = logits[row].softmax(-1)
+        laws = rows.double().masked_fill(~self.vocab.generated, float("-inf")).softmax(-1)
+        for path, row in zip(paths, where):
+            self.known[path] = laws[row]
+
+    def _forget(self) -> None:
+        """Drop the laws of paths no live hypothesis can reach any more."""
+        live = self.covers.paths()
+        self.known = {path: law for path, law in self.known.items()
+                      if any(path[: len(p)] == p for p in live)}
+
+    def _pick_cover(self, greedy: bool, generator) -> tuple[Path, list[int]]:
+        """A cover of the text so far, by weight (greedy: the heaviest): its path and the bytes its last
+        token has still to emit."""
+        paths = list(self.covers.boundary)
+        weights = [torch.tensor(list(self.covers.boundary.values()), dtype=torch.float64)]
+        weights += [p.weights for p in self.covers.partials]
+        flat = torch.cat(weights)
+        i = int(flat.argmax()) if greedy else int(torch.multinomial(flat, 1, generator=generator))
+        if i < len(paths):
+            return paths[i], []
+        i -= len(paths)
+        for p in self.covers.partials:
+            if i < p.ids.numel():
+                token = int(p.ids[i])
+                return p.path + (token,), list(self.vocab.pieces[token][p.offset:])
+            i -= p.ids.numel()
+        raise AssertionError("index past the covers")
 
 
-def _common_prefix(paths: list[tuple[int, ...]]) -> tuple[int, ...]:
+def _common_prefix(paths: list[Path]) -> Path:
     first = min(paths, key=len)
     for i, token in enumerate(first):
         if any(p[i] != token for p in paths):

@@ -28,24 +28,31 @@ from .vocabulary import END
 class ByteGeneration:
     data: bytes
     ended: bool  # END was emitted (else max_bytes stopped it)
+    rounds: int = 0  # steps of every member (naive: one per symbol; speculative: one per draft)
 
     @property
     def text(self) -> str:
         return self.data.decode("utf-8", errors="replace")
 
 
-def byte_logits(member: ByteMember, space: str) -> torch.Tensor:
-    """A member's byte-level law as the logits [1, 257] a combination reads."""
-    logp = member.distribution().log()
-    if space != "probs":
-        floor = math.log(member.prune) if member.prune > 0 else -1e4
-        logp = logp.clamp(min=floor)
-    return logp.float()[None]
+def combined_rows(laws: Sequence[torch.Tensor], combination: Combination, params: SamplingParams,
+                  floors: Sequence[float] = ()) -> torch.Tensor:
+    """r [m, 257] from the members' byte-level laws [m, 257] (config order). floors: the smallest
+    probability each member keeps (its prune), read for a 0 in logit spaces (see above)."""
+    logits = []
+    for i, law in enumerate(laws):
+        logp = law.log()
+        if combination.space != "probs":
+            floor = floors[i] if i < len(floors) and floors[i] > 0 else 0.0
+            logp = logp.clamp(min=math.log(floor) if floor else -1e4)
+        logits.append(logp.float())
+    return combination.distribution(logits, params)
 
 
 def combined_law(members: Sequence[ByteMember], combination: Combination, params: SamplingParams) -> torch.Tensor:
     """r [257] after the bytes so far."""
-    return combination.distribution([byte_logits(m, combination.space) for m in members], params)[0]
+    return combined_rows([m.distribution()[None] for m in members], combination, params,
+                         [m.prune for m in members])[0]
 
 
 def generate_naive(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]],
@@ -63,6 +70,6 @@ def generate_naive(members: Sequence[ByteMember], combination: Combination, prom
         for member in members:
             member.advance(symbol)
         if symbol == END:
-            return ByteGeneration(bytes(out), True)
+            return ByteGeneration(bytes(out), True, len(out) + 1)
         out.append(symbol)
-    return ByteGeneration(bytes(out), False)
+    return ByteGeneration(bytes(out), False, len(out))

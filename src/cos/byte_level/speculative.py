@@ -1,0 +1,62 @@
+"""Speculation over bytes: one member drafts bytes in its own tokens, every member's laws along the draft
+come in one forward per token level, and the draft is verified byte by byte against r.
+
+A round: the drafting member draws `draft_bytes` symbols from its own byte-level law (ByteMember.draft:
+a cover of the text so far by weight, then tokens, so a token of several bytes costs one forward); each
+member computes its laws along the draft (ByteMember.laws_along); r at every position is the
+`Combination` of the members' laws, as in the naive reference (naive.py); the one acceptance rule
+(acceptance.verify_block, over the 257 symbols, with q the drafter's laws) accepts a prefix and emits a
+residual or bonus symbol. The draft's length is fixed in bytes (or ends at END), never at a token
+boundary: where tokens end is not a function of the bytes, and a length that depends on the hidden
+tokenization would bias the accepted bytes. So the emitted text is distributed as the naive reference's
+(greedy: identical to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..acceptance import NO_TOKEN, verify_block
+from ..combination import Combination
+from ..sampling import SamplingParams
+from .member import ByteMember
+from .naive import ByteGeneration, combined_rows
+from .vocabulary import END
+
+
+def generate_speculative(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]],
+                         max_bytes: int, params: SamplingParams = SamplingParams(), seed: int = 0,
+                         drafter: int = 0, draft_bytes: int = 12) -> ByteGeneration:
+    """prompts: each member's token ids for the prompt (config order); drafter: the index of the member
+    that drafts; draft_bytes: symbols drafted per round."""
+    if len(members) != combination.n_members or len(prompts) != len(members):
+        raise ValueError(f"{len(members)} byte-level members and {len(prompts)} prompts for a combination of "
+                         f"{combination.n_members}: give one of each per member")
+    if not 0 <= drafter < len(members):
+        raise ValueError(f"drafter {drafter} is not a member index (0..{len(members) - 1})")
+    if draft_bytes < 1:
+        raise ValueError(f"draft_bytes must be >= 1, got {draft_bytes}")
+    generator = torch.Generator().manual_seed(seed)
+    for member, prompt in zip(members, prompts):
+        member.start(prompt)
+    out, rounds = bytearray(), 0
+    while len(out) < max_bytes:
+        draft = members[drafter].draft(min(draft_bytes, max_bytes - len(out)), params.greedy, generator)
+        laws = [m.laws_along(draft) for m in members]
+        n = min(len(law) for law in laws) - 1  # rows every member has: draft[:n] and the position after
+        r = combined_rows([law[: n + 1] for law in laws], combination, params, [m.prune for m in members])
+        q = laws[drafter][:n].float()
+        n_acc, nxt = (int(x) for x in verify_block(torch.tensor(draft[:n], dtype=torch.long), q, r, params.greedy, generator))
+        emitted = draft[:n_acc] + ([nxt] if nxt != NO_TOKEN else [])
+        rounds += 1
+        for symbol in emitted[: max_bytes - len(out) + 1]:
+            for member in members:
+                member.advance(symbol)
+            if symbol == END:
+                return ByteGeneration(bytes(out), True, rounds)
+            out.append(symbol)
+            if len(out) == max_bytes:
+                break
+    return ByteGeneration(bytes(out), False, rounds)
