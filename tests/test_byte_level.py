@@ -359,6 +359,15 @@ def test_speculative_sampling_samples_r(case):
 
 
 @pytest.mark.slow
+def test_speculative_sampling_alone_emits_the_drafters_law_with_end_verified():
+    """r = the drafter's own law: every draft is accepted, so the text is the drafts'. A draft that ends at
+    END must have END verified too: drawing a bonus in its place instead made L1 0.27 here."""
+    members = [table_member(PIECES_B, 7)]
+    l1 = spec_l1(members, WeightedEnsemble(n_members=1, weights=(1.0,)), [[1, 3]], N_SPEC, draft_bytes=2)
+    assert l1 < SPEC_BOUND, (l1, SPEC_BOUND)
+
+
+@pytest.mark.slow
 def test_speculative_sampling_negative_control_fails(monkeypatch):
     """A residual drawn from r instead of norm(max(0, r - q)) must fail the same bound."""
     import cos.acceptance

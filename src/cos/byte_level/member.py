@@ -123,8 +123,8 @@ class ByteMember:
     # -- ahead of the text ----------------------------------------------------------------------------
     def laws_along(self, symbols: Sequence[int]) -> torch.Tensor:
         """The laws [m + 1, 257] before each of `symbols` and after the last (m = len(symbols)), emitting
-        nothing. One forward per token level: each walk scores every open path it meets. Stops early
-        (fewer rows) after a symbol of probability 0 or END."""
+        nothing. One forward per token level: each walk scores every open path it meets. Stops at END or
+        at a symbol of probability 0: rows up to the law before it, none after."""
         if self.ended:
             raise RuntimeError(f"{self.name}: the text has ended; start a new one")
         while True:

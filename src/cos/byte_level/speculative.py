@@ -45,10 +45,14 @@ def generate_speculative(members: Sequence[ByteMember], combination: Combination
     while len(out) < max_bytes:
         draft = members[drafter].draft(min(draft_bytes, max_bytes - len(out)), params.greedy, generator)
         laws = [m.laws_along(draft) for m in members]
-        n = min(len(law) for law in laws) - 1  # rows every member has: draft[:n] and the position after
-        r = combined_rows([law[: n + 1] for law in laws], combination, params, [m.prune for m in members])
+        # a member's laws stop at END or at a symbol it gives 0 (pruned): the block ends with that symbol,
+        # verified like the others, with no bonus row (a stop decided by a symbol never skips its check)
+        rows = min(len(law) for law in laws)
+        n = rows if rows <= len(draft) else len(draft)
+        r = combined_rows([law[:rows] for law in laws], combination, params, [m.prune for m in members])
         q = laws[drafter][:n].float()
-        n_acc, nxt = (int(x) for x in verify_block(torch.tensor(draft[:n], dtype=torch.long), q, r, params.greedy, generator))
+        block = torch.tensor(draft[:n], dtype=torch.long)
+        n_acc, nxt = (int(x) for x in verify_block(block, q, r, params.greedy, generator))
         emitted = draft[:n_acc] + ([nxt] if nxt != NO_TOKEN else [])
         rounds += 1
         for symbol in emitted[: max_bytes - len(out) + 1]:
