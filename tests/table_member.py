@@ -63,3 +63,8 @@ class TableMember(Member):
     def accept_tree(self, path: list[int]) -> None:
         self.n_cached += sum(1 for i in path if i < self.tree_cached)
         self.tree_cached = 0
+
+    def keep_tree(self, nodes: list[int], commit: int) -> None:
+        assert all(i < self.tree_cached for i in nodes), (nodes, self.tree_cached)
+        self.n_cached += commit
+        self.tree_cached = len(nodes) - commit

@@ -120,7 +120,7 @@ def test_each_law_is_a_distribution_and_ambiguity_is_tracked():
 def test_impossible_symbol_and_a_finished_text_are_refused():
     member = table_member(PIECES_A, seed=1)
     member.start([0])
-    with pytest.raises(ValueError, match="probability 0"):
+    with pytest.raises(ValueError, match="no token of its vocabulary spells byte 99"):
         member.advance(ord("c"))
     member.advance(END)
     with pytest.raises(RuntimeError, match="ended"):
@@ -246,6 +246,27 @@ def test_pruning_drops_light_tokenizations_and_counts_the_mass():
     assert p_pruned != p_exact
 
 
+def test_a_byte_pruning_ruled_out_revives_the_member_from_one_spelling():
+    """Under pruning a member can give 0 to a byte another member emits: it goes on from the longest-match
+    spelling of the text (counted), and its laws stay laws."""
+    for seed, prefix in itertools.product(range(40), STRINGS[1:7]):
+        member = table_member(PIECES_A, seed, prune=0.4)
+        member.start([0])
+        for symbol in prefix:
+            if not member.distribution()[symbol] > 0:
+                break
+            member.advance(symbol)
+        else:
+            continue
+        member.advance(symbol)  # the byte it ruled out
+        assert member.stats.revived == 1 and member.text == bytes(prefix[: len(member.text)])
+        for symbol in b"ab":
+            assert float(member.distribution().sum()) == pytest.approx(1.0) and member.distribution()[symbol] > 0
+            member.advance(symbol)
+        return
+    pytest.fail("no pruned member ruled a byte out: the search space above needs widening")
+
+
 def test_token_bytes_from_a_byte_level_tokenizer():
     tokenizer = byte_tokenizer()
     vocab = TokenBytes.from_tokenizer(tokenizer, len(tokenizer) + 3, [tokenizer.eos_token_id])
@@ -311,8 +332,8 @@ SPEC_CASES = {"we_draft_a": ("we", 0), "we_draft_b": ("we", 1), "cd_draft_a": ("
 
 
 @pytest.mark.parametrize("case", list(SPEC_CASES))
-@pytest.mark.parametrize("draft_bytes", [1, 3, 5])
-def test_speculative_greedy_is_the_naive_reference(case, draft_bytes):
+@pytest.mark.parametrize("draft_bytes,adaptive", [(1, False), (3, False), (5, False), (5, True), (9, True)])
+def test_speculative_greedy_is_the_naive_reference(case, draft_bytes, adaptive):
     name, drafter = SPEC_CASES[case]
     greedy = SamplingParams(temperature=0)
     for seed in range(3):
@@ -321,7 +342,7 @@ def test_speculative_greedy_is_the_naive_reference(case, draft_bytes):
         prompts = [[0, seed % 5], [1, 2]]
         naive = generate_naive(members, COMBINATIONS[name], prompts, 24, greedy)
         spec = generate_speculative(members, COMBINATIONS[name], prompts, 24, greedy, drafter=drafter,
-                                    draft_bytes=draft_bytes)
+                                    draft_bytes=draft_bytes, adaptive=adaptive)
         assert (spec.data, spec.ended) == (naive.data, naive.ended)
         if draft_bytes > 1 and len(naive.data) > 8:
             assert spec.rounds < naive.rounds
@@ -354,7 +375,8 @@ SPEC_BOUND = math.sqrt(2 * (len(OUTCOMES) * math.log(2) + math.log(1 / DELTA)) /
 def test_speculative_sampling_samples_r(case):
     name, drafter = SPEC_CASES[case]
     members = [table_member(PIECES_A, 6), table_member(PIECES_B, 7)]
-    l1 = spec_l1(members, COMBINATIONS[name], [[0, 2], [1, 3]], N_SPEC, drafter=drafter, draft_bytes=2)
+    # adaptive lengths of 2 or 3 bytes: a length chosen from past rounds keeps the law
+    l1 = spec_l1(members, COMBINATIONS[name], [[0, 2], [1, 3]], N_SPEC, drafter=drafter, draft_bytes=3)
     assert l1 < SPEC_BOUND, (l1, SPEC_BOUND)
 
 

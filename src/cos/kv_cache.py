@@ -153,9 +153,9 @@ def empty(cache) -> None:
 
 
 def compact(cache, start: int, slots: list[int], length: int) -> None:
-    """Keep positions 0..start-1 and then the given slots (absolute, increasing, each >= start) of a
-    cache holding `length` positions: slot slots[j] moves to start + j (a draft tree's accepted path laid
-    out as a chain, tree.py); everything after is dropped."""
+    """Keep positions 0..start-1 and then the given slots (absolute, each >= start, in any order: the
+    gather copies before it writes) of a cache holding `length` positions: slot slots[j] moves to
+    start + j (a draft tree's accepted path laid out as a chain, tree.py); everything after is dropped."""
     keep = start + len(slots)
     if slots != list(range(start, keep)):
         index = torch.tensor(slots)

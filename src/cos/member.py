@@ -191,9 +191,18 @@ class Member:
         the positions after the committed ones; drop the rest of the tree."""
         held = [i for i in path if i < self.tree_cached]
         assert held == path[: len(held)], (path, self.tree_cached)
-        compact(self.cache, self.n_cached, [self.n_cached + i for i in held], self.n_cached + self.tree_cached)
-        self.n_cached += len(held)
-        self.tree_cached = 0
+        self.keep_tree(held, len(held))
+
+    @torch.inference_mode()
+    def keep_tree(self, nodes: list[int], commit: int) -> None:
+        """Keep the listed cached nodes, in that order, and drop the rest of the tree: the first `commit`
+        (a chain down from the root) become committed positions, the others stay a tree after them (each
+        listed after its parent; the caller renumbers its DraftTree the same way). Keys keep their
+        positions: a node at depth d under the old root is at depth d - commit under the new one."""
+        assert all(i < self.tree_cached for i in nodes), (nodes, self.tree_cached)
+        compact(self.cache, self.n_cached, [self.n_cached + i for i in nodes], self.n_cached + self.tree_cached)
+        self.n_cached += commit
+        self.tree_cached = len(nodes) - commit
 
     def _feed_decoder(self, tokens: torch.Tensor) -> None:
         """Cache `tokens` through the decoder alone (no LM head), in pieces of MAX_ROWS."""

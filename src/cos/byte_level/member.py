@@ -66,6 +66,7 @@ class ByteStats:
     bytes: int = 0
     most_hypotheses: int = 0
     pruned: float = 0.0  # Σ over steps of the relative weight dropped
+    revived: int = 0  # bytes this member gave probability 0 (pruning), after which it restarted (_revive)
 
 
 @dataclass
@@ -94,7 +95,10 @@ class ByteMember:
         self.member.prefill(torch.tensor(self.prompt))
         self.covers = Covers({(): 1.0}, [])
         self.known: dict[Path, torch.Tensor] = {}  # path -> float64 [V], the model's next-token law
+        self.base: Path = ()  # the path committed in the member's cache after the prompt
+        self.tree, self.nodes = DraftTree(), {}  # the scored paths past base, cached as a token tree
         self.ended = False
+        self.text = b""
         self.stats = ByteStats()
 
     def distribution(self) -> torch.Tensor:
@@ -107,17 +111,29 @@ class ByteMember:
     def advance(self, symbol: int) -> None:
         """Emit `symbol` (a byte value or END): keep the hypotheses that agree with it."""
         law = self.distribution()
-        if not law[symbol] > 0:
-            raise ValueError(f"{self.name}: symbol {symbol} has probability 0 here (prune {self.prune:g} "
-                             f"dropped every tokenization that reads it: lower prune)")
         self.stats.bytes += 1
         if symbol == END:
             self.ended = True
+            return
+        if not self.vocab.starting[symbol].numel():
+            raise ValueError(f"{self.name}: no token of its vocabulary spells byte {symbol}: it cannot follow a "
+                             f"text holding it (byte-level BPE vocabularies spell every byte)")
+        self.text += bytes([symbol])
+        if not law[symbol] > 0:  # pruning dropped every tokenization that reads it (never with prune 0)
+            self._revive()
             return
         self.covers, dropped = self._step(self.covers, symbol)
         self.stats.pruned += dropped
         count = len(self.covers.boundary) + sum(p.ids.numel() for p in self.covers.partials)
         self.stats.most_hypotheses = max(self.stats.most_hypotheses, count)
+        self._forget()
+
+    def _revive(self) -> None:
+        """After a byte this member gave probability 0 (another member's, under pruning): continue from
+        one tokenization of the text, its longest-match spelling. From here on the law is the model's given
+        that spelling, not the marginal: counted in `stats.revived`; lower prune to avoid it."""
+        self.stats.revived += 1
+        self.covers = Covers({tuple(self.vocab.longest_match(self.text)): 1.0}, [])
         self._forget()
 
     # -- ahead of the text ----------------------------------------------------------------------------
@@ -131,7 +147,7 @@ class ByteMember:
             laws, missing = self._walk(symbols)
             if not missing:
                 return torch.stack(laws)
-            self._score(missing)
+            self._score([path for path, _ in missing], [self._guess(path, symbols[at:]) for path, at in missing])
 
     def draft(self, n_bytes: int, greedy: bool, generator: torch.Generator | None) -> list[int]:
         """Up to n_bytes symbols drawn from this member's byte-level law (greedy: its likeliest cover
@@ -194,14 +210,14 @@ class ByteMember:
         return Covers({path: w / rest for path, w in covers.boundary.items()},
                       [Partial(p.path, p.offset, p.ids, p.weights / rest) for p in covers.partials]), dropped / total
 
-    def _walk(self, symbols: Sequence[int]) -> tuple[list[torch.Tensor], list[Path]]:
-        """Laws along `symbols` from the known ones, and the open paths met on the way (those whose
-        branches the walk could not follow: their laws are the next forward's)."""
+    def _walk(self, symbols: Sequence[int]) -> tuple[list[torch.Tensor], list[tuple[Path, int]]]:
+        """Laws along `symbols` from the known ones, and the open paths met on the way with the index of
+        the symbol after each (branches the walk could not follow: their laws are the next forward's)."""
         covers, laws, missing = self.covers, [], []
         for i in range(len(symbols) + 1):
             open_ = self._open(covers)
             if open_:
-                missing += open_
+                missing += [(path, i) for path in open_]
                 covers = Covers({p: w for p, w in covers.boundary.items() if p in self.known}, covers.partials)
             if not missing:
                 laws.append(self._law(covers))
@@ -220,30 +236,67 @@ class ByteMember:
             self._score([path])
         return self.known[path]
 
-    def _score(self, paths: list[Path]) -> None:
-        """The model's next-token law after each path: one forward for all of them, a token tree laid
-        after the prefix every live hypothesis shares (it stays cached)."""
+    def _guess(self, path: Path, ahead: Sequence[int]) -> Path:
+        """path and the tokens that likely follow it along the symbols ahead (longest match): scored in
+        the same forward, they spare the next walks a forward per token."""
+        data = bytes(s for s in ahead if s != END)
+        return path + tuple(self.vocab.longest_match(data))
+
+    def _score(self, paths: list[Path], guesses: Sequence[Path] = ()) -> None:
+        """The model's law after each path (and after every prefix of the guesses): one forward over the
+        new nodes of the member's cached token tree."""
         if not paths:
             return
-        shared = _common_prefix(self.covers.paths() + paths)
-        seq = torch.tensor(self.prompt + list(shared))
-        if paths == [shared]:
-            rows, where = self.member.score(seq, 1), [0]
+        self._rebase(paths)
+        root = self.base in paths or self.member.n_cached < len(self.prompt) + len(self.base)
+        first = 0 if root else len(self.tree)
+        for path in list(paths) + list(guesses):
+            parent = ROOT
+            for depth in range(len(self.base), len(path)):
+                key = path[: depth + 1]
+                if key not in self.nodes:
+                    self.nodes[key] = self.tree.add(path[depth], parent)
+                parent = self.nodes[key]
+        seq = torch.tensor(self.prompt + list(self.base))
+        if root and not len(self.tree):
+            rows = self.member.score(seq, 1)
         else:
-            tree, node = DraftTree(), {}
-            for path in paths:
-                parent = ROOT
-                for depth in range(len(shared), len(path)):
-                    key = path[: depth + 1]
-                    if key not in node:
-                        node[key] = tree.add(path[depth], parent)
-                    parent = node[key]
-            rows = self.member.score_tree(seq, tree, root=True)
-            where = [0 if path == shared else 1 + node[path] for path in paths]
+            rows = self.member.score_tree(seq, self.tree, root=root)
         self.stats.forwards += 1
         laws = rows.double().masked_fill(~self.vocab.generated, float("-inf")).softmax(-1)
-        for path, row in zip(paths, where):
-            self.known[path] = laws[row]
+        fed = ([self.base] if root else []) + [p for p, i in self.nodes.items() if i >= first]
+        order = sorted(fed[int(root):], key=self.nodes.get)
+        for path, law in zip(fed[: int(root)] + order, laws):
+            self.known.setdefault(path, law)
+
+    def _rebase(self, wanted: list[Path]) -> None:
+        """Commit the token prefix every live hypothesis shares (the tree's nodes along it become cached
+        positions) and drop the nodes no live or known path goes through."""
+        live = self.covers.paths()
+        shared = _common_prefix(live + wanted)
+        if shared[: len(self.base)] != self.base:  # a revival left the committed path: start the tree over
+            self.base = _common_prefix([self.base, shared])
+            self.member.rollback(len(self.prompt) + len(self.base))
+            self.tree, self.nodes = DraftTree(), {}
+        chain = []
+        for depth in range(len(self.base), len(shared)):
+            node = self.nodes.get(shared[: depth + 1])
+            if node is None:
+                break
+            chain.append(node)
+        reached = live + wanted + list(self.known)
+        kept = [i for path, i in self.nodes.items()
+                if i not in chain and any(p[: len(path)] == path for p in reached)]
+        if not chain and len(self.nodes) - len(kept) < 16:
+            return
+        kept.sort()
+        self.member.keep_tree(chain + kept, len(chain))
+        self.base = shared[: len(self.base) + len(chain)]
+        paths = {i: path for path, i in self.nodes.items()}
+        self.tree, self.nodes = DraftTree(), {}
+        for i in kept:
+            path = paths[i]
+            self.nodes[path] = self.tree.add(path[-1], ROOT if path[:-1] == self.base else self.nodes[path[:-1]])
 
     def _forget(self) -> None:
         """Drop the laws of paths no live hypothesis can reach any more."""

@@ -28,9 +28,10 @@ from .vocabulary import END
 
 def generate_speculative(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]],
                          max_bytes: int, params: SamplingParams = SamplingParams(), seed: int = 0,
-                         drafter: int = 0, draft_bytes: int = 12) -> ByteGeneration:
+                         drafter: int = 0, draft_bytes: int = 12, adaptive: bool = True) -> ByteGeneration:
     """prompts: each member's token ids for the prompt (config order); drafter: the index of the member
-    that drafts; draft_bytes: symbols drafted per round."""
+    that drafts; draft_bytes: symbols drafted per round, at most (adaptive: twice the bytes recent rounds
+    accepted, at least 2; a function of past rounds only, so exactness holds)."""
     if len(members) != combination.n_members or len(prompts) != len(members):
         raise ValueError(f"{len(members)} byte-level members and {len(prompts)} prompts for a combination of "
                          f"{combination.n_members}: give one of each per member")
@@ -41,9 +42,10 @@ def generate_speculative(members: Sequence[ByteMember], combination: Combination
     generator = torch.Generator().manual_seed(seed)
     for member, prompt in zip(members, prompts):
         member.start(prompt)
-    out, rounds = bytearray(), 0
+    out, rounds, accepted = bytearray(), 0, draft_bytes / 2  # accepted: a moving average per round
     while len(out) < max_bytes:
-        draft = members[drafter].draft(min(draft_bytes, max_bytes - len(out)), params.greedy, generator)
+        length = min(draft_bytes, max(2, round(2 * accepted))) if adaptive else draft_bytes
+        draft = members[drafter].draft(min(length, max_bytes - len(out)), params.greedy, generator)
         laws = [m.laws_along(draft) for m in members]
         # a member's laws stop at END or at a symbol it gives 0 (pruned): the block ends with that symbol,
         # verified like the others, with no bonus row (a stop decided by a symbol never skips its check)
@@ -54,7 +56,7 @@ def generate_speculative(members: Sequence[ByteMember], combination: Combination
         block = torch.tensor(draft[:n], dtype=torch.long)
         n_acc, nxt = (int(x) for x in verify_block(block, q, r, params.greedy, generator))
         emitted = draft[:n_acc] + ([nxt] if nxt != NO_TOKEN else [])
-        rounds += 1
+        rounds, accepted = rounds + 1, 0.7 * accepted + 0.3 * n_acc
         for symbol in emitted[: max_bytes - len(out) + 1]:
             for member in members:
                 member.advance(symbol)

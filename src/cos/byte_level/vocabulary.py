@@ -46,6 +46,11 @@ class TokenBytes:
         self.first = first  # [V]: the first symbol a token emits
         self.generated = first != NONE  # tokens the byte-level model can emit
         self.starting = [torch.nonzero(first == b).flatten() for b in range(N_SYMBOLS)]  # ids by first symbol
+        self.by_piece = {}  # bytes -> a token that emits them (the first such id)
+        for i, piece in enumerate(pieces):
+            if piece and bool(self.generated[i]):
+                self.by_piece.setdefault(piece, i)
+        self.longest = max(map(len, self.by_piece), default=1)
 
     @classmethod
     def from_tokenizer(cls, tokenizer, vocab_size: int, end_ids: Sequence[int]) -> "TokenBytes":
@@ -68,6 +73,21 @@ class TokenBytes:
         if got != probe.encode("utf-8"):
             raise ValueError(f"{type(tokenizer).__name__}: token pieces decode {probe!r} to {got!r}: this "
                              f"tokenizer's byte mapping is not one cos.byte_level knows (byte-level BPE)")
+
+    def longest_match(self, data: bytes) -> list[int]:
+        """Tokens covering `data` by longest match from the left (a guess at how the model would spell it;
+        stops where no token matches)."""
+        out, at = [], 0
+        while at < len(data):
+            for size in range(min(self.longest, len(data) - at), 0, -1):
+                token = self.by_piece.get(data[at : at + size])
+                if token is not None:
+                    out.append(token)
+                    at += size
+                    break
+            else:
+                break
+        return out
 
     def decode(self, ids: Sequence[int]) -> bytes:
         return b"".join(self.pieces[i] for i in ids)
