@@ -267,6 +267,16 @@ def test_a_byte_pruning_ruled_out_revives_the_member_from_one_spelling():
     pytest.fail("no pruned member ruled a byte out: the search space above needs widening")
 
 
+def test_r_gives_no_mass_to_a_byte_some_member_cannot_spell():
+    """A byte no token of one member starts with (0xF5-0xFF in some real vocabularies) would leave that
+    member's law undefined after it: r excludes it."""
+    members = [table_member(PIECES_A, 1), table_member([b"a", b"c", b"ac", b""], 2)]
+    for m, prompt in zip(members, [[0], [0]]):
+        m.start(prompt)
+    r = combined_law(members, WeightedEnsemble.two_member(0.5), SamplingParams())
+    assert r[A] > 0 and r[B] == 0 and r[ord("c")] == 0 and float(r.sum()) == pytest.approx(1.0)
+
+
 def test_token_bytes_from_a_byte_level_tokenizer():
     tokenizer = byte_tokenizer()
     vocab = TokenBytes.from_tokenizer(tokenizer, len(tokenizer) + 3, [tokenizer.eos_token_id])

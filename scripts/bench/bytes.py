@@ -3,7 +3,7 @@ naive byte-level ensemble (every member's byte law at every byte) against specul
 drafts bytes in its own tokens, every member's laws along the draft, verified against r), and each member
 alone at token level for scale (a benchmark, not a test).
 
-    python -m scripts.bench bytes                                   # packaged SmolLM2-135M + Qwen2.5-Coder-0.5B
+    python -m scripts.bench bytes                                   # packaged Qwen2.5-Coder-0.5B + SmolLM2-135M
     python -m scripts.bench bytes --datasets humaneval gsm8k --prompts 4 --max-bytes 128 --temperatures 0 1
     python -m scripts.bench bytes --prune 1e-6                      # closer to exact, more forwards
 
@@ -23,7 +23,7 @@ import time
 
 from . import common
 
-MEMBERS = ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct")
+MEMBERS = ("qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct")  # [expert / drafter, amateur]
 
 
 def add_args(ap) -> None:
@@ -140,7 +140,7 @@ def run(args) -> None:
                     comb = combination(name.split("_")[0], len(members), args.alpha)
                     byte_level(name.split("_")[1], members, comb, prompts[0], args, temperature, 0)
             results = common.interleaved(names, args.repeats, measure)
-            load = meter.stop()
+            load = meter.stop().as_dict()
             speeds = {name: statistics.median(sum(r["bytes"] for r in rows) / sum(r["seconds"] for r in rows)
                                               for rows in reps) for name, reps in results.items()}
             for name, reps in results.items():
@@ -168,6 +168,6 @@ def run(args) -> None:
                       f"fwd/B {row['forwards_per_byte']} s/fwd {row['seconds_per_forward']} "
                       f"B/round {row['bytes_per_round']} pruned/B {row['pruned_per_byte']:.1e}", flush=True)
     cols = ["dataset", "temperature", "config", "bytes_per_s", "vs_naive", "forwards_per_byte",
-            "seconds_per_forward", "bytes_per_round", "pruned_per_byte", "load"]
-    print(common.markdown_table(cols, ([r[c] if not isinstance(r[c], float) or c != "pruned_per_byte"
-                                        else f"{r[c]:.1e}" for c in cols] for r in table)))
+            "seconds_per_forward", "bytes_per_round", "pruned_per_byte", "others_cores"]
+    print(common.markdown_table(cols, ([f"{r[c]:.1e}" if c == "pruned_per_byte" else round(r["load"]["others_cores"] or 0, 2)
+                                        if c == "others_cores" else r[c] for c in cols] for r in table)))

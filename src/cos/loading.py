@@ -20,6 +20,7 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+ONE_FAMILY = "pick members of one model family, or combine them over bytes with cos.byte_level (docs/byte_level.md)"
 
 
 def check_model_path(path: str) -> str:
@@ -64,7 +65,7 @@ def check_before_weights(paths: Sequence[str],
     if None not in sizes.values() and len(set(sizes.values())) > 1:
         raise ValueError(
             f"members have different vocabulary sizes in config.json {sizes}: collaborative decoding needs "
-            f"one shared vocabulary (same tokenizer); pick members of one model family"
+            f"one shared vocabulary (same tokenizer); {ONE_FAMILY}"
         )
     _check_tokenizers([(str(p), t) for p, t in zip(paths, tokenizers) if t is not None])
     return None if None in sizes.values() else next(iter(sizes.values()), None)
@@ -121,7 +122,7 @@ def check_vocabularies(members: Sequence[Member], tokenizers: Sequence[PreTraine
     if len(set(sizes.values())) > 1:
         raise ValueError(
             f"members have different vocabulary sizes {sizes}: collaborative decoding needs one shared "
-            f"vocabulary (same tokenizer); pick members of one model family"
+            f"vocabulary (same tokenizer); {ONE_FAMILY}"
         )
     _check_tokenizers([(m.name, t) for m, t in zip(members, tokenizers) if t is not None])
 
@@ -135,5 +136,5 @@ def _check_tokenizers(named: Sequence[tuple[str, PreTrainedTokenizerBase]]) -> N
         if tok.get_vocab() != first_vocab:
             raise ValueError(
                 f"tokenizers of {first_name} and {name} differ: collaborative decoding needs one "
-                f"shared tokenizer; pick members of one model family"
+                f"shared tokenizer; {ONE_FAMILY}"
             )

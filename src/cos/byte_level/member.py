@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..kernels import MAX_ROWS
 from ..member import Member
 from ..tree import ROOT, DraftTree
 from .vocabulary import END, N_SYMBOLS, TokenBytes
@@ -95,6 +96,7 @@ class ByteMember:
         self.member.prefill(torch.tensor(self.prompt))
         self.covers = Covers({(): 1.0}, [])
         self.known: dict[Path, torch.Tensor] = {}  # path -> float64 [V], the model's next-token law
+        self.folded: dict[Path, torch.Tensor] = {}  # path -> float64 [258], that law by first symbol
         self.base: Path = ()  # the path committed in the member's cache after the prompt
         self.tree, self.nodes = DraftTree(), {}  # the scored paths past base, cached as a token tree
         self.ended = False
@@ -143,8 +145,9 @@ class ByteMember:
         at a symbol of probability 0: rows up to the law before it, none after."""
         if self.ended:
             raise RuntimeError(f"{self.name}: the text has ended; start a new one")
+        resume = (0, self.covers, [])
         while True:
-            laws, missing = self._walk(symbols)
+            laws, missing, resume = self._walk(symbols, resume)
             if not missing:
                 return torch.stack(laws)
             self._score([path for path, _ in missing], [self._guess(path, symbols[at:]) for path, at in missing])
@@ -171,7 +174,7 @@ class ByteMember:
     def _law(self, covers: Covers) -> torch.Tensor:
         mass = torch.zeros(N_SYMBOLS + 1, dtype=torch.float64)
         for path, weight in covers.boundary.items():
-            mass.index_add_(0, self.vocab.first, weight * self.known[path])
+            mass += weight * self.folded[path]
         for p in covers.partials:
             mass.index_add_(0, self.vocab.table[p.ids, p.offset].long(), p.weights)
         mass = mass[:N_SYMBOLS]
@@ -210,13 +213,18 @@ class ByteMember:
         return Covers({path: w / rest for path, w in covers.boundary.items()},
                       [Partial(p.path, p.offset, p.ids, p.weights / rest) for p in covers.partials]), dropped / total
 
-    def _walk(self, symbols: Sequence[int]) -> tuple[list[torch.Tensor], list[tuple[Path, int]]]:
-        """Laws along `symbols` from the known ones, and the open paths met on the way with the index of
-        the symbol after each (branches the walk could not follow: their laws are the next forward's)."""
-        covers, laws, missing = self.covers, [], []
-        for i in range(len(symbols) + 1):
+    def _walk(self, symbols: Sequence[int], resume: tuple[int, Covers, list]):
+        """Laws along `symbols` from the known ones, the open paths met on the way with the index of the
+        symbol after each (branches the walk could not follow: their laws are the next forward's), and
+        where the next walk can resume: the first position with an open path (what comes before it
+        depends on known laws only)."""
+        start, covers, laws = resume
+        laws, missing = list(laws), []
+        for i in range(start, len(symbols) + 1):
             open_ = self._open(covers)
             if open_:
+                if not missing:
+                    resume = (i, covers, list(laws))
                 missing += [(path, i) for path in open_]
                 covers = Covers({p: w for p, w in covers.boundary.items() if p in self.known}, covers.partials)
             if not missing:
@@ -228,7 +236,7 @@ class ByteMember:
             covers, _ = self._step(covers, symbols[i])
             if not covers.boundary and not covers.partials:
                 break
-        return laws, missing
+        return laws, missing, resume
 
     # -- the model --------------------------------------------------------------------------------------
     def _probs(self, path: Path) -> torch.Tensor:
@@ -243,31 +251,59 @@ class ByteMember:
         return path + tuple(self.vocab.longest_match(data))
 
     def _score(self, paths: list[Path], guesses: Sequence[Path] = ()) -> None:
-        """The model's law after each path (and after every prefix of the guesses): one forward over the
-        new nodes of the member's cached token tree."""
+        """The model's law after each path, and after the prefixes of the guesses that fit: forwards over
+        the new nodes of the member's cached token tree, MAX_ROWS at a time (the row-invariant kernels'
+        block, which costs about a one-token step; past it torch's GEMM runs, several times slower here).
+        Guesses only fill the last forward's free rows."""
         if not paths:
             return
         self._rebase(paths)
-        root = self.base in paths or self.member.n_cached < len(self.prompt) + len(self.base)
-        first = 0 if root else len(self.tree)
-        for path in list(paths) + list(guesses):
-            parent = ROOT
-            for depth in range(len(self.base), len(path)):
-                key = path[: depth + 1]
-                if key not in self.nodes:
+        if self.base in paths or self.member.n_cached < len(self.prompt) + len(self.base):
+            self._forward(root=True)  # the root row (and any nodes already laid out)
+        batch = []
+        for path in paths:
+            for node in self._new_nodes(path):
+                batch.append(node)
+                if len(batch) == MAX_ROWS:
+                    self._forward(root=False)
+                    batch = []
+        if batch:
+            for guess in guesses:
+                over = len(batch) + len(self._new_nodes(guess, add=False)) - MAX_ROWS
+                batch += self._new_nodes(guess[: len(guess) - max(over, 0)])  # as much of it as fits
+            self._forward(root=False)
+
+    def _new_nodes(self, path: Path, add: bool = True) -> list[Path]:
+        """The prefixes of path past base that are not tree nodes yet (added unless add=False)."""
+        new, parent = [], ROOT
+        for depth in range(len(self.base), len(path)):
+            key = path[: depth + 1]
+            if key not in self.nodes:
+                new.append(key)
+                if add:
                     self.nodes[key] = self.tree.add(path[depth], parent)
-                parent = self.nodes[key]
+            parent = self.nodes.get(key, ROOT)
+        return new
+
+    def _forward(self, root: bool) -> None:
+        """Feed the tree's nodes the member has not cached (root: the whole tree after the root row) and
+        keep their laws."""
+        first = 0 if root else self.member.tree_cached
+        if not root and first == len(self.tree):
+            return
         seq = torch.tensor(self.prompt + list(self.base))
         if root and not len(self.tree):
             rows = self.member.score(seq, 1)
         else:
             rows = self.member.score_tree(seq, self.tree, root=root)
         self.stats.forwards += 1
-        laws = rows.double().masked_fill(~self.vocab.generated, float("-inf")).softmax(-1)
-        fed = ([self.base] if root else []) + [p for p, i in self.nodes.items() if i >= first]
-        order = sorted(fed[int(root):], key=self.nodes.get)
-        for path, law in zip(fed[: int(root)] + order, laws):
-            self.known.setdefault(path, law)
+        laws = rows.float().masked_fill(~self.vocab.generated, float("-inf")).softmax(-1).double()
+        by_index = {i: path for path, i in self.nodes.items()}
+        fed = ([self.base] if root else []) + [by_index[i] for i in range(first, len(self.tree))]
+        for path, law in zip(fed, laws):
+            if path not in self.known:
+                self.known[path] = law
+                self.folded[path] = torch.zeros(N_SYMBOLS + 1, dtype=torch.float64).index_add_(0, self.vocab.first, law)
 
     def _rebase(self, wanted: list[Path]) -> None:
         """Commit the token prefix every live hypothesis shares (the tree's nodes along it become cached
@@ -303,6 +339,7 @@ class ByteMember:
         live = self.covers.paths()
         self.known = {path: law for path, law in self.known.items()
                       if any(path[: len(p)] == p for p in live)}
+        self.folded = {path: self.folded[path] for path in self.known}
 
     def _pick_cover(self, greedy: bool, generator) -> tuple[Path, list[int]]:
         """A cover of the text so far, by weight (greedy: the heaviest): its path and the bytes its last

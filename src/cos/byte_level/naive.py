@@ -35,24 +35,29 @@ class ByteGeneration:
         return self.data.decode("utf-8", errors="replace")
 
 
-def combined_rows(laws: Sequence[torch.Tensor], combination: Combination, params: SamplingParams,
-                  floors: Sequence[float] = ()) -> torch.Tensor:
-    """r [m, 257] from the members' byte-level laws [m, 257] (config order). floors: the smallest
-    probability each member keeps (its prune), read for a 0 in logit spaces (see above)."""
+def combined_rows(members: Sequence[ByteMember], laws: Sequence[torch.Tensor], combination: Combination,
+                  params: SamplingParams) -> torch.Tensor:
+    """r [m, 257] from the members' byte-level laws [m, 257] (config order). A zero is read as the
+    member's prune fraction in logit spaces (see above). Bytes some member cannot spell at all (no token
+    of its vocabulary starts with them: invalid UTF-8 such as 0xF5-0xFF in some vocabularies) get 0 in r:
+    no member's law is defined after them, so the ensemble's text is one every member can spell."""
     logits = []
-    for i, law in enumerate(laws):
+    for member, law in zip(members, laws):
         logp = law.log()
         if combination.space != "probs":
-            floor = floors[i] if i < len(floors) and floors[i] > 0 else 0.0
-            logp = logp.clamp(min=math.log(floor) if floor else -1e4)
+            logp = logp.clamp(min=math.log(member.prune) if member.prune > 0 else -1e4)
         logits.append(logp.float())
-    return combination.distribution(logits, params)
+    r = combination.distribution(logits, params)
+    spelled = torch.stack([m.vocab.spelled for m in members]).all(0)
+    if spelled.all():
+        return r
+    r = r.masked_fill(~spelled, 0.0)
+    return r / r.sum(-1, keepdim=True)
 
 
 def combined_law(members: Sequence[ByteMember], combination: Combination, params: SamplingParams) -> torch.Tensor:
     """r [257] after the bytes so far."""
-    return combined_rows([m.distribution()[None] for m in members], combination, params,
-                         [m.prune for m in members])[0]
+    return combined_rows(members, [m.distribution()[None] for m in members], combination, params)[0]
 
 
 def generate_naive(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]],

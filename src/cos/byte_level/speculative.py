@@ -51,7 +51,7 @@ def generate_speculative(members: Sequence[ByteMember], combination: Combination
         # verified like the others, with no bonus row (a stop decided by a symbol never skips its check)
         rows = min(len(law) for law in laws)
         n = rows if rows <= len(draft) else len(draft)
-        r = combined_rows([law[:rows] for law in laws], combination, params, [m.prune for m in members])
+        r = combined_rows(members, [law[:rows] for law in laws], combination, params)
         q = laws[drafter][:n].float()
         block = torch.tensor(draft[:n], dtype=torch.long)
         n_acc, nxt = (int(x) for x in verify_block(block, q, r, params.greedy, generator))

@@ -46,6 +46,7 @@ class TokenBytes:
         self.first = first  # [V]: the first symbol a token emits
         self.generated = first != NONE  # tokens the byte-level model can emit
         self.starting = [torch.nonzero(first == b).flatten() for b in range(N_SYMBOLS)]  # ids by first symbol
+        self.spelled = torch.tensor([ids.numel() > 0 for ids in self.starting])  # [257]: symbols a token starts
         self.by_piece = {}  # bytes -> a token that emits them (the first such id)
         for i, piece in enumerate(pieces):
             if piece and bool(self.generated[i]):
