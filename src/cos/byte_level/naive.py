@@ -60,15 +60,20 @@ def combined_law(members: Sequence[ByteMember], combination: Combination, params
     return combined_rows(members, [m.distribution()[None] for m in members], combination, params)[0]
 
 
-def generate_naive(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]],
-                   max_bytes: int, params: SamplingParams = SamplingParams(), seed: int = 0) -> ByteGeneration:
-    """prompts: each member's token ids for the prompt, in its own tokenizer (config order)."""
+def start_all(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]]) -> None:
+    """Check one prompt per member and one member per combination argument, then start every member."""
     if len(members) != combination.n_members or len(prompts) != len(members):
         raise ValueError(f"{len(members)} byte-level members and {len(prompts)} prompts for a combination of "
                          f"{combination.n_members}: give one of each per member")
-    generator = torch.Generator().manual_seed(seed)
     for member, prompt in zip(members, prompts):
         member.start(prompt)
+
+
+def generate_naive(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]],
+                   max_bytes: int, params: SamplingParams = SamplingParams(), seed: int = 0) -> ByteGeneration:
+    """prompts: each member's token ids for the prompt, in its own tokenizer (config order)."""
+    start_all(members, combination, prompts)
+    generator = torch.Generator().manual_seed(seed)
     out = bytearray()
     while len(out) < max_bytes:
         symbol = int(pick(combined_law(members, combination, params), params.greedy, generator))

@@ -22,7 +22,7 @@ from ..acceptance import NO_TOKEN, verify_block
 from ..combination import Combination
 from ..sampling import SamplingParams
 from .member import ByteMember
-from .naive import ByteGeneration, combined_rows
+from .naive import ByteGeneration, combined_rows, start_all
 from .vocabulary import END
 
 
@@ -32,16 +32,12 @@ def generate_speculative(members: Sequence[ByteMember], combination: Combination
     """prompts: each member's token ids for the prompt (config order); drafter: the index of the member
     that drafts; draft_bytes: symbols drafted per round, at most (adaptive: twice the bytes recent rounds
     accepted, at least 2; a function of past rounds only, so exactness holds)."""
-    if len(members) != combination.n_members or len(prompts) != len(members):
-        raise ValueError(f"{len(members)} byte-level members and {len(prompts)} prompts for a combination of "
-                         f"{combination.n_members}: give one of each per member")
     if not 0 <= drafter < len(members):
         raise ValueError(f"drafter {drafter} is not a member index (0..{len(members) - 1})")
     if draft_bytes < 1:
         raise ValueError(f"draft_bytes must be >= 1, got {draft_bytes}")
+    start_all(members, combination, prompts)
     generator = torch.Generator().manual_seed(seed)
-    for member, prompt in zip(members, prompts):
-        member.start(prompt)
     out, rounds, accepted = bytearray(), 0, draft_bytes / 2  # accepted: a moving average per round
     while len(out) < max_bytes:
         length = min(draft_bytes, max(2, round(2 * accepted))) if adaptive else draft_bytes
@@ -50,7 +46,7 @@ def generate_speculative(members: Sequence[ByteMember], combination: Combination
         # a member's laws stop at END or at a symbol it gives 0 (pruned): the block ends with that symbol,
         # verified like the others, with no bonus row (a stop decided by a symbol never skips its check)
         rows = min(len(law) for law in laws)
-        n = rows if rows <= len(draft) else len(draft)
+        n = min(rows, len(draft))
         r = combined_rows(members, [law[:rows] for law in laws], combination, params)
         q = laws[drafter][:n].float()
         block = torch.tensor(draft[:n], dtype=torch.long)
