@@ -23,7 +23,10 @@ from transformers import PreTrainedTokenizerFast
 
 from cos import Contrastive, Member, SamplingParams, WeightedEnsemble
 from cos.byte_level import END, ByteMember, TokenBytes, combined_law, generate_naive, generate_speculative
+from cos.byte_level.generate import start_all
 from cos.byte_level.member import Covers, Partial
+from cos.byte_level.rounds import DraftLengths, decode
+from cos.byte_level.stopping import ByteStopper
 from conftest import tiny_model
 from table_member import TableMember
 from tiny_checkpoint import byte_tokenizer
@@ -368,11 +371,35 @@ def test_speculative_greedy_on_transformers_with_different_vocabularies():
     assert (spec.data, spec.ended) == (naive.data, naive.ended)
 
 
-def spec_l1(members, combination, prompts, n: int, **options) -> float:
+MIXED = ("draft:0", "naive", "draft:1", "draft:1")  # a cycle of kinds of round, as the engine's choice may run
+
+
+def generate_mixed(members, combination, prompts, max_bytes: int, params, seed: int = 0, draft_bytes: int = 3):
+    """Rounds of every kind in turn (rounds.decode), from one text: what a measured choice of rounds runs."""
+    start_all(members, combination, prompts)
+    stopper = ByteStopper(max_bytes)
+    generator = torch.Generator().manual_seed(seed)
+    decode(members, combination, stopper, params, generator, MIXED, DraftLengths(draft_bytes))
+    return stopper.output()
+
+
+def test_rounds_of_every_kind_in_turn_give_the_naive_text_under_greedy():
+    greedy = SamplingParams(temperature=0)
+    for seed, (name, combination) in itertools.product(range(2), COMBINATIONS.items()):
+        members = [table_member(PIECES_A, 20 + seed, prune=1e-4), table_member(PIECES_B, 30 + seed, prune=1e-4)]
+        naive = generate_naive(members, combination, [[0, 2], [1, 3]], 24, greedy)
+        assert generate_mixed(members, combination, [[0, 2], [1, 3]], 24, greedy) == naive.data, (seed, name)
+
+
+def spec_l1(members, combination, prompts, n: int, mixed: bool = False, **options) -> float:
     params = SamplingParams(temperature=1.0)
     exact = ensemble_law(members, combination, params, prompts)
-    counts = Counter(tuple(generate_speculative(members, combination, prompts, N_SYMBOLS_MC, params, seed=s,
-                                                **options).data) for s in range(n))
+    if mixed:
+        outputs = (generate_mixed(members, combination, prompts, N_SYMBOLS_MC, params, s, **options) for s in range(n))
+    else:
+        outputs = (generate_speculative(members, combination, prompts, N_SYMBOLS_MC, params, seed=s, **options).data
+                   for s in range(n))
+    counts = Counter(tuple(out) for out in outputs)
     return sum(abs(counts[o] / n - p) for o, p in exact.items())
 
 
@@ -387,6 +414,15 @@ def test_speculative_sampling_samples_r(case):
     members = [table_member(PIECES_A, 6), table_member(PIECES_B, 7)]
     # adaptive lengths of 2 or 3 bytes: a length chosen from past rounds keeps the law
     l1 = spec_l1(members, COMBINATIONS[name], [[0, 2], [1, 3]], N_SPEC, drafter=drafter, draft_bytes=3)
+    assert l1 < SPEC_BOUND, (l1, SPEC_BOUND)
+
+
+@pytest.mark.slow
+def test_rounds_of_every_kind_in_turn_sample_r():
+    """Naive steps and drafts by either member, one after another from the same text (what the engine's
+    measured choice of rounds runs): the text keeps r's law."""
+    members = [table_member(PIECES_A, 6), table_member(PIECES_B, 7)]
+    l1 = spec_l1(members, COMBINATIONS["we"], [[0, 2], [1, 3]], N_SPEC, mixed=True, draft_bytes=3)
     assert l1 < SPEC_BOUND, (l1, SPEC_BOUND)
 
 

@@ -2,9 +2,10 @@
 
 The tokenizer is byte-level BPE with no merges: the 256 byte symbols (GPT-2's printable mapping)
 and `<eos>`, so any text encodes to one token per UTF-8 byte and every member shares one vocabulary.
-Used by the end-to-end runner tests through `MODEL_PATH=<folder>`.
+Used by the end-to-end runner tests through `MODEL_PATH=<folder>`. `tiny-merged` has a tokenizer of its
+own (the same bytes plus a few merges, so a different vocabulary): with any other it is combined over bytes.
 
-    paths = save_tiny_models(tmp_path)   # {"tiny-expert": ..., "tiny-amateur": ..., "tiny-third": ...}
+    paths = save_tiny_models(tmp_path)   # {"tiny-expert": ..., "tiny-amateur": ..., "tiny-third": ..., "tiny-merged": ...}
 """
 
 from __future__ import annotations
@@ -24,15 +25,27 @@ TINY_MODELS = {
 }
 
 
-def byte_tokenizer() -> PreTrainedTokenizerFast:
-    """Byte-level tokenizer: ids 0..255 are the bytes, 256 is <eos>."""
+MERGED = {"tiny-merged": (4, 32, 1)}  # saved with merged_tokenizer()
+MERGES = [("Ġ", "t"), ("e", "r"), ("i", "n"), ("Ġt", "h"), ("Ġth", "e"), ("d", "e"), ("de", "f"), ("r", "e"),
+          ("Ġ", "Ġ"), ("ĠĠ", "ĠĠ")]
+
+
+def byte_tokenizer(merges: list[tuple[str, str]] = ()) -> PreTrainedTokenizerFast:
+    """Byte-level tokenizer: ids 0..255 are the bytes, then the merges' tokens, then <eos>."""
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet(), key=lambda ch: _byte_of(ch))
     vocab = {ch: i for i, ch in enumerate(alphabet)}
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
     vocab[EOS] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges)))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS)
+
+
+def merged_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte tokenizer with MERGES: a vocabulary of its own, the same bytes spelled."""
+    return byte_tokenizer(MERGES)
 
 
 def _byte_of(symbol: str) -> int:
@@ -56,10 +69,10 @@ def tiny_llama(seed: int, vocab: int, hidden: int, layers: int, eos_id: int) -> 
 def save_tiny_models(root: str | Path, names: dict[str, tuple[int, int, int]] | None = None) -> dict[str, Path]:
     """Save each tiny model with the byte tokenizer into `root/<name>`; returns name -> folder."""
     root = Path(root)
-    tokenizer = byte_tokenizer()
-    eos_id = tokenizer.convert_tokens_to_ids(EOS)
     paths = {}
-    for name, (seed, hidden, layers) in (names or TINY_MODELS).items():
+    for name, (seed, hidden, layers) in (names or {**TINY_MODELS, **MERGED}).items():
+        tokenizer = merged_tokenizer() if name in MERGED else byte_tokenizer()
+        eos_id = tokenizer.convert_tokens_to_ids(EOS)
         folder = root / name
         model = tiny_llama(seed, len(tokenizer), hidden, layers, eos_id)
         model.generation_config.eos_token_id = eos_id

@@ -16,6 +16,7 @@ from functools import partial
 
 import torch
 
+from .byte_level.loading import BYTE_OPTIONS, byte_level_reason
 from .kv_cache import is_static
 from .loading import (check_before_weights, check_device, check_model_path, check_vocabularies, load_member,
                       load_tokenizer, resolve_dtype)
@@ -105,7 +106,7 @@ class Engine:
     @classmethod
     def from_pretrained(cls, paths: Sequence[str], method: str = "we", *, device="auto", dtype="bfloat16",
                         tokenizer: str | None = None, threads: int | str | None = "auto", compile: bool = False,
-                        kernels: bool | str = "auto", **method_kwargs) -> "Engine":
+                        kernels: bool | str = "auto", byte_level: bool | str = "auto", **method_kwargs) -> "Engine":
         """Load members (config order) from folders or hub ids. The method is validated first.
 
         Methods that draft run the adaptive schedule unless `schedule="fixed"` (schedule.py: never
@@ -119,11 +120,17 @@ class Engine:
         device / dtype: one value, or a list with one entry per member (e.g. two GPUs). bfloat16 by
         default (faster than float32 on CPUs with native bf16: scripts/bench/dtype.py); exactness holds
         in any dtype (against the standard method run in it).
+
+        byte_level: auto (default): members whose tokenizers differ are combined over bytes, a
+        cos.byte_level.ByteEngine is returned and the reason logged; true: over bytes whatever the
+        tokenizers; false: tokens only (different tokenizers are an error). Over bytes `prune` and
+        `draft_bytes` apply (ByteEngine.from_pretrained).
         """
         if isinstance(paths, str):
             raise ValueError("paths must be a list of model folders or hub ids, one per member, in config order")
         if LOOPS.get(method, "standard") not in DRAFTLESS:  # a tree of a fixed shape is sized by the plan: fixed
             method_kwargs.setdefault("schedule", default_schedule(method_kwargs.get("tree")))
+        byte_options = {key: method_kwargs.pop(key) for key in BYTE_OPTIONS if key in method_kwargs}
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
         paths = [check_model_path(p) for p in paths]
         devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
@@ -135,6 +142,18 @@ class Engine:
             raise ValueError(f"device and dtype take one value or one per member ({len(paths)}), "
                              f"got {len(devices)} and {len(dtypes)}")
         tokenizers = [load_tokenizer(p) for p in paths]
+        reason = byte_level_reason(byte_level, paths, tokenizers)
+        if reason is not None:
+            from .byte_level.engine import ByteEngine
+
+            if tokenizer is not None:
+                raise ValueError("over bytes each member reads text in its own tokenizer: unset tokenizer")
+            log.info("%s: members combined over bytes: %s (docs/byte_level.md)", method, reason)
+            return ByteEngine.from_pretrained(paths, method, device=device, dtype=dtype, threads=threads,
+                                              kernels=kernels, tokenizers=tokenizers, **byte_options, **method_kwargs)
+        if byte_options:
+            raise ValueError(f"{', '.join(byte_options)} apply over bytes only (members with different tokenizers, "
+                             f"or byte_level=true): unset them")
         vocab = check_before_weights(paths, tokenizers)  # vocabularies from config.json: before any weights
         if vocab:
             plan.combination.probe(vocab)  # a combination's wrong shape or values: also before the weights
@@ -261,7 +280,9 @@ class Engine:
         st.stats.stop_reason = self._stopper.reason
         st.stats.predicted_speedup = predict_speedup(st.stats, self.plan.loop)
         st.stats.row_invariance = self.row_invariance
-        return Generation(self._stopper.text(), list(self._stopper.tokens), st.stats)
+        text = self._stopper.text()
+        st.stats.new_bytes = len(text.encode("utf-8"))
+        return Generation(text, list(self._stopper.tokens), st.stats)
 
     def _encode(self, prompt: str | Sequence[int]) -> list[int]:
         return encode_prompt(prompt, self.tokenizer, self.members[0].vocab_size)

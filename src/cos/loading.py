@@ -20,7 +20,7 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 
 HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-ONE_FAMILY = "pick members of one model family, or combine them over bytes with cos.byte_level (docs/byte_level.md)"
+ONE_FAMILY = "pick members of one model family, or combine them over bytes (byte_level: auto or true; docs/byte_level.md)"
 
 
 def check_model_path(path: str) -> str:

@@ -28,7 +28,8 @@ class MemberUsage:
 @dataclass
 class GenerationStats:
     method: str
-    new_tokens: int = 0
+    new_tokens: int = 0  # over bytes (byte_level): the text's tokens in the first member's tokenizer
+    new_bytes: int = 0  # UTF-8 bytes of the output text
     wall_seconds: float = 0.0
     rounds: int = 0  # verification calls
     drafted: int = 0  # tokens verified against r
@@ -48,10 +49,15 @@ class GenerationStats:
     weights: list[float] = field(default_factory=list)  # the mixture's w (we_mix, we_mix_sd), config order
     predicted_speedup: float | None = None
     row_invariance: str | None = None  # None: verify rows bitwise one-token steps' rows; else why not
+    byte_level: dict = field(default_factory=dict)  # over bytes (ByteEngine): prune, pruned mass, revivals, forwards
 
     @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        return self.new_bytes / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -73,7 +79,7 @@ class GenerationStats:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        for key in ("tokens_per_second", "acceptance_rate", "mean_acceptance_length", "cost_ratio"):
+        for key in ("tokens_per_second", "bytes_per_second", "acceptance_rate", "mean_acceptance_length", "cost_ratio"):
             d[key] = getattr(self, key)
         return d
 

@@ -1,4 +1,4 @@
-"""Collaborative decoding over bytes, the reference: every byte-level member at every byte.
+"""r over bytes: the combined law of the byte-level members, what every round over bytes samples or verifies against.
 
 r over the 257 symbols (256 byte values, END) is the project's `Combination` applied to the members'
 byte-level laws as logits (their log-probabilities), in config order; the next symbol is argmax r
@@ -14,25 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from ..combination import Combination
-from ..sampling import SamplingParams, pick
+from ..sampling import SamplingParams
 from .member import ByteMember
-from .vocabulary import END
-
-
-@dataclass
-class ByteGeneration:
-    data: bytes
-    ended: bool  # END was emitted (else max_bytes stopped it)
-    rounds: int = 0  # steps of every member (naive: one per symbol; speculative: one per draft)
-
-    @property
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
 
 
 def combined_rows(members: Sequence[ByteMember], laws: Sequence[torch.Tensor], combination: Combination,
@@ -58,28 +45,3 @@ def combined_rows(members: Sequence[ByteMember], laws: Sequence[torch.Tensor], c
 def combined_law(members: Sequence[ByteMember], combination: Combination, params: SamplingParams) -> torch.Tensor:
     """r [257] after the bytes so far."""
     return combined_rows(members, [m.distribution()[None] for m in members], combination, params)[0]
-
-
-def start_all(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]]) -> None:
-    """Check one prompt per member and one member per combination argument, then start every member."""
-    if len(members) != combination.n_members or len(prompts) != len(members):
-        raise ValueError(f"{len(members)} byte-level members and {len(prompts)} prompts for a combination of "
-                         f"{combination.n_members}: give one of each per member")
-    for member, prompt in zip(members, prompts):
-        member.start(prompt)
-
-
-def generate_naive(members: Sequence[ByteMember], combination: Combination, prompts: Sequence[Sequence[int]],
-                   max_bytes: int, params: SamplingParams = SamplingParams(), seed: int = 0) -> ByteGeneration:
-    """prompts: each member's token ids for the prompt, in its own tokenizer (config order)."""
-    start_all(members, combination, prompts)
-    generator = torch.Generator().manual_seed(seed)
-    out = bytearray()
-    while len(out) < max_bytes:
-        symbol = int(pick(combined_law(members, combination, params), params.greedy, generator))
-        for member in members:
-            member.advance(symbol)
-        if symbol == END:
-            return ByteGeneration(bytes(out), True, len(out) + 1)
-        out.append(symbol)
-    return ByteGeneration(bytes(out), False, len(out))
