@@ -5,6 +5,7 @@ of its own, so the two vocabularies differ."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 
@@ -126,3 +127,44 @@ def test_loglikelihood_is_log_r_of_the_continuations_bytes(paths):
     greedy = bytes(e.generate(PROMPT, max_new_bytes=6, max_new_tokens=None, temperature=0).tokens)
     assert e.loglikelihood(PROMPT, greedy)[1] is True
     assert e.loglikelihood(PROMPT, bytes([greedy[0] ^ 1]))[1] is False
+
+
+# ----------------------------------------------------------------- the runner: members with different tokenizers in one config
+def test_runner_over_bytes_with_compare_and_resume(model_root, tmp_path, monkeypatch, capsys):
+    from test_runner import composed
+
+    from cos.runner.cli import dataset_main
+    from cos.runner.results import read_records
+
+    monkeypatch.setenv("MODEL_PATH", str(model_root))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def the tin {i}"}) + "\n" for i in range(3)))
+    overrides = ["method=we_chef", "dataset.name=jsonl", f"dataset.path={data}", "dtype=float32",
+                 "method.model=tiny-expert", "method.extra_model=tiny-merged", "method.generate.temperature=0",
+                 "method.generate.max_tokens=12", "progress=false", "compare_with=we", "method.draft_bytes=6"]
+    out = tmp_path / "run"
+    assert dataset_main(composed(overrides), out) == 0
+    records = read_records(out / "results.jsonl")
+    assert len(records) == 3 and all(r["identical"] for r in records)
+    assert all(r["bytes"] == len(r["token_ids"]) and r["bytes_per_second"] > 0 and r["byte_level"] for r in records)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["compare_with"]["identical"] == 3 and summary["bytes_per_second"] > 0
+    assert summary["byte_level"]["prune"] == [1e-4, 1e-4] and summary["drafted"] > 0
+    assert "over bytes" in capsys.readouterr().out
+    assert dataset_main(composed(overrides), out) == 0  # resumed: nothing left to generate
+    assert len(read_records(out / "results.jsonl")) == 3
+
+
+def test_runner_refuses_byte_options_on_one_tokenizer_before_loading(model_root, tmp_path, monkeypatch, capsys):
+    from test_runner import composed
+
+    from cos.runner.cli import dataset_main
+
+    monkeypatch.setenv("MODEL_PATH", str(model_root))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text(json.dumps({"id": "p0", "prompt": "x"}) + "\n")
+    base = ["method=we", "dataset.name=jsonl", f"dataset.path={data}", "method.model=tiny-expert", "progress=false"]
+    assert dataset_main(composed(base + ["method.extra_model=tiny-amateur", "method.prune=0.001"]), tmp_path / "a") == 2
+    assert "apply over bytes only" in capsys.readouterr().err
+    assert dataset_main(composed(base + ["method.extra_model=tiny-merged", "method.byte_level=maybe"]), tmp_path / "b") == 2
+    assert "byte_level must be" in capsys.readouterr().err

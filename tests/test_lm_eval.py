@@ -283,3 +283,35 @@ def test_lm_eval_command_line_runs_the_local_task(task_dir, model_root, tmp_path
     assert "cd_chef: 3 requests" in proc.stderr and "acceptance rate" in proc.stderr  # the engine's statistics
     result = json.loads(next((tmp_path / "out").rglob("results_*.json")).read_text())
     assert result["results"]["tiny_copy"]["exact_match,none"] == pytest.approx(2 / 3)
+
+
+# ----------------------------------------------------------------- members over bytes (docs/byte_level.md)
+def test_over_bytes_log_r_of_one_token_per_byte_members_is_the_token_level_log_r(model_root):
+    """tiny-expert and tiny-amateur spell one token per byte, so each text has one tokenization and r over
+    bytes is r over tokens: byte_level=true must score what the token-level hand computation does."""
+    lm = get_model("cos").create_from_arg_string(
+        f"members={PAIR},method=cd,alpha=0.3,byte_level=true,prune=0,dtype=float32,kernels=false")
+    tok = AutoTokenizer.from_pretrained(model_root / "tiny-expert")
+    pairs = [("Answer 7:", " forty-two"), ("", "hello")]
+    got = lm.loglikelihood([Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)])
+    for (ctx, cont), (logp, _) in zip(pairs, got):
+        ctx_ids = tok(ctx, add_special_tokens=False)["input_ids"] or [tok.eos_token_id]
+        cont_ids = tok(cont, add_special_tokens=False)["input_ids"]
+        assert logp == pytest.approx(hand_log_r(model_root, "cd", ctx_ids + cont_ids, len(cont_ids), alpha=0.3)[0],
+                                     abs=1e-3), (ctx, cont)
+    text = "Rolling text."
+    (rolling,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
+    ids = [tok.eos_token_id] + tok(text, add_special_tokens=False)["input_ids"]
+    assert rolling == pytest.approx(hand_log_r(model_root, "cd", ids, len(ids) - 1, alpha=0.3)[0], abs=1e-3)
+
+
+def test_over_bytes_generate_until_gives_the_standard_greedy_text(model_root):
+    """Members with different tokenizers (tiny-merged has merges of its own): cd_chef over bytes through
+    lm-eval's interface returns cd's greedy texts."""
+    requests = [Instance("generate_until", {}, (p, {"until": ["Q:"], "max_gen_toks": MAX_GEN_TOKS, "do_sample": False}), i)
+                for i, p in enumerate(PROMPTS)]
+    run = lambda method: get_model("cos").create_from_arg_string(  # noqa: E731
+        f"members=tiny-expert|tiny-merged,method={method},dtype=float32,kernels=false,draft_bytes=6"
+    ).generate_until(requests)
+    standard = run("cd")
+    assert run("cd_chef") == standard and all(isinstance(text, str) for text in standard)

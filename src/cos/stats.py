@@ -96,14 +96,14 @@ def predict_speedup(stats: GenerationStats, loop: str) -> float | None:
     (Thm 3.1 for n = 2), with the bonus round of Leviathan when `bonus == "exact"`. cos, n = 2:
     (1-α^γq)(1+c) / ((1-α)(1+cγq - α^γp c)) (Thm 3.6). Otherwise None: no closed form is claimed
     (n >= 3 members under cos, drafts cut by a confidence threshold, an adaptive schedule that
-    chose other lengths than γ: γ is then not fixed, draft trees, or no per-member costs measured: the vLLM
+    chose other lengths than γ: γ is then not fixed, draft trees, members over bytes, or no per-member costs measured: the vLLM
     backend). mix, mix_sd: cos/mixture.py's cost model (ME:
     Σ t_i / Σ w_i t_i; the hybrid: m = γ foreign positions per round under `fixed`, else the best m).
     """
     alpha = stats.acceptance_rate
     if loop == "standard":
         return 1.0
-    if stats.tree:  # the chain formulas do not hold for trees
+    if stats.tree or not stats.gamma:  # the chain formulas hold for neither trees nor rounds over bytes (no γ)
         return None
     if stats.round_kinds.get("cos"):  # CoS episodes among the mixture rounds: no closed form for the blend
         return None

@@ -50,3 +50,14 @@ def eos_ids(member_eos: Iterable[Iterable[int]], tokenizer=None) -> set[int]:
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return ids
+
+
+def encode_text(tokenizer, text: str, chat_template: bool, max_prompt_len: int) -> list[int]:
+    """Prompt text -> ids (chat template on request; only the last max_prompt_len tokens when > 0)."""
+    if chat_template:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]  # the template holds the special tokens
+    else:
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    return ids[-max_prompt_len:] if max_prompt_len > 0 else ids

@@ -33,6 +33,7 @@ from ..sampling import SamplingParams
 from ..stats import GenerationStats, MemberUsage
 from ..stopping import as_stop_strings
 from ..threads import shared_policy
+from ..tokens import encode_text
 from .combined import combined_rows
 from .generate import start_all
 from .loading import load_byte_member
@@ -131,16 +132,10 @@ class ByteEngine:
         return ids
 
     def _encode_text(self, tokenizer, text: str, chat_template: bool, max_prompt_len: int) -> list[int]:
-        if chat_template:
-            if not getattr(tokenizer, "chat_template", None):
-                raise ValueError(f"chat_template asked for, but the tokenizer {tokenizer.name_or_path} has none: "
-                                 f"set chat_template=false")
-            text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                 add_generation_prompt=True)
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        else:
-            ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-        ids = ids[-max_prompt_len:] if max_prompt_len > 0 else ids
+        if chat_template and not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"chat_template asked for, but the tokenizer {tokenizer.name_or_path} has none: "
+                             f"set chat_template=false")
+        ids = encode_text(tokenizer, text, chat_template, max_prompt_len)
         if not ids:  # an empty text: BOS, else EOS, stands in (as lm-eval's HF model does)
             ids = [tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id]
         return ids

@@ -29,7 +29,8 @@ SEPARATOR = "|"
 # model_args key -> its place in the run config (configs/default.yaml)
 METHOD_KEYS = {"alpha": "alpha", "plausibility": "plausibility", "lambda": "lambda", "lam": "lambda",
                "weights": "weights", "combination": "combination", "gamma": "gamma", "proposer": "proposer",
-               "bonus": "bonus", "draft_threshold": "draft_threshold", "schedule": "schedule", "tree": "tree"}
+               "bonus": "bonus", "draft_threshold": "draft_threshold", "schedule": "schedule", "tree": "tree",
+               "byte_level": "byte_level", "prune": "prune", "draft_bytes": "draft_bytes"}
 SAMPLING_KEYS = ("temperature", "top_p", "top_k")  # method.generate.*: defaults for requests that set none
 RUN_KEYS = ("seed", "device", "dtype", "threads", "compile", "kernels", "compare_with", "warmup")
 CUSTOM_KEYS = ("target", "space")  # a custom combination: method.combination = {target, space}

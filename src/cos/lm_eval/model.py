@@ -6,6 +6,9 @@
   and sampling (options.py); request i draws from seed + i; statistics logged (tally.py).
 - loglikelihood: teacher-forced log r of the continuation and whether it is greedy (likelihood.py).
 - loglikelihood_rolling: the same over lm-eval's disjoint rolling windows of the whole text.
+- Members whose tokenizers differ run over bytes (a ByteEngine, docs/byte_level.md): each member reads the
+  request's text in its own tokenizer, loglikelihood is log r of the continuation's UTF-8 bytes and
+  loglikelihood_rolling log r of the whole text's bytes after BOS (no windows: bytes have no context limit here).
 
 Text is encoded by lm-eval's TemplateLM, as its Hugging Face model does (no special tokens added; BOS, else
 EOS, stands in for an empty context), so scores compare with `--model hf` on the same members.
@@ -92,6 +95,22 @@ class CoSLM(TemplateLM):
         self.tally.log_summary()
         return outputs
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        if not self.built.byte_level:
+            return super().loglikelihood(requests, disable_tqdm)
+        return self._over_bytes("loglikelihood", requests, lambda args: args, disable_tqdm)
+
+    def _over_bytes(self, kind: str, requests, context_and_text, disable_tqdm: bool) -> list:
+        """log r over bytes (ByteEngine.loglikelihood) of each request's (context, continuation); rolling: the
+        log-probability alone."""
+        out = []
+        for request in tqdm(requests, desc=f"cos {kind} (bytes)", disable=disable_tqdm or self.rank != 0):
+            result = self.engine.loglikelihood(*context_and_text(request.args), self.scorer.params)
+            result = result[0] if kind == "loglikelihood_rolling" else result
+            out.append(result)
+            self.cache_hook.add_partial(kind, request.args, result)
+        return out
+
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """requests: ((context, continuation), context ids, continuation ids), encoded by TemplateLM."""
         self.scorer.start()
@@ -104,6 +123,8 @@ class CoSLM(TemplateLM):
         return out
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        if self.built.byte_level:
+            return self._over_bytes("loglikelihood_rolling", requests, lambda args: ("", args[0]), disable_tqdm)
         self.scorer.start()
         out = []
         for request in tqdm(requests, desc="cos loglikelihood_rolling", disable=disable_tqdm or self.rank != 0):
@@ -141,10 +162,14 @@ class CoSLM(TemplateLM):
         return self.scorer(ids, len(continuation))
 
     def prompt_ids(self, context: str, max_new_tokens: int) -> list[int]:
-        """The prompt's tokens, cut from the left so that max_new_tokens still fit (as lm-eval's HF model)."""
+        """The prompt's tokens, cut from the left so that max_new_tokens still fit (as lm-eval's HF model);
+        over bytes, each member's tokens of the whole context."""
+        if self.built.byte_level:
+            return self.engine.encode(context)
         ids = self.tok_encode(context) or [self.prefix_token_id]
         room = max(1, self.max_length - max_new_tokens)
         if len(ids) > room:
             log.warning("prompt of %d tokens cut to its last %d (max_length %d - max_gen_toks %d)", len(ids), room,
                         self.max_length, max_new_tokens)
         return ids[-room:]
+

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import logging
+
+from ..byte_level.loading import byte_level_reason
 from ..engine import Engine
+from ..tokens import encode_text
 from ..loading import (check_before_weights, check_device, check_vocabularies, load_member, load_tokenizer,
                        resolve_dtype)
 from .config import RunConfig
 from .resolve import resolve_models
+
+log = logging.getLogger("cos.runner")
 
 
 @dataclass
@@ -24,6 +30,21 @@ class Built:
     tokenizer: object
     paths: list[str]  # resolved member paths, config order
     owned: tuple = ()  # engines to close when the run ends (vLLM engines this build started)
+
+    @property
+    def byte_level(self) -> bool:
+        """Members combined over bytes: prompts are encoded per member (ByteEngine.encode)."""
+        return getattr(self.engine, "byte_level", False)
+
+    def encode(self, text: str, chat_template: bool, max_prompt_len: int):
+        """A prompt's ids for the engine: one list (token level), or one per member (over bytes)."""
+        if self.byte_level:
+            return self.engine.encode(text, chat_template, max_prompt_len)
+        return encode_text(self.tokenizer, text, chat_template, max_prompt_len)
+
+    def prompt_tokens(self, ids) -> int:
+        """The prompt's length in the first member's tokens."""
+        return len(ids[0]) if self.byte_level else len(ids)
 
     def close(self) -> None:
         for engine in self.owned:
@@ -61,6 +82,12 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
     if run.dataset.get("chat_template") and not getattr(tokenizers[0], "chat_template", None):
         raise ValueError("dataset.chat_template=true, but the tokenizer of method.model has no chat template: "
                          "set dataset.chat_template=false")
+    reason = byte_level_reason(run.method.byte_level, paths, tokenizers)
+    if reason is not None:
+        return build_byte_engines(run, paths, tokenizers, plan, baseline_plan, reason, loaded)
+    if run.method.byte_options:
+        raise ValueError(f"method.{', method.'.join(run.method.byte_options)} apply over bytes only (members with "
+                         f"different tokenizers, or method.byte_level=true): unset them")
     vocab = check_before_weights(paths, tokenizers)
     if vocab:  # a custom combination's wrong shape or values, before any weights load
         for p in (plan, baseline_plan):
@@ -78,6 +105,36 @@ def build_engines(run: RunConfig, model_path: str | None = None, paths: list[str
     baseline = None
     if baseline_plan is not None:
         baseline = Engine(members[: baseline_plan.n_members], baseline_plan, tokenizers[0], run.threads)
+    return Built(engine, baseline, tokenizers[0], paths)
+
+
+def build_byte_engines(run: RunConfig, paths: list[str], tokenizers: list, plan, baseline_plan, reason: str,
+                       loaded: dict | None) -> Built:
+    """Members with different tokenizers: ByteEngines over the same byte-level members (docs/byte_level.md)."""
+    from ..byte_level.engine import DEFAULT_PRUNE, ByteEngine, check_plan
+    from ..byte_level.loading import load_byte_member
+
+    for p in (plan, baseline_plan):
+        if p is not None:
+            check_plan(p)
+    if run.compile:
+        raise ValueError("compile=true: members over bytes run eager (their token trees change every step); "
+                         "set compile=false")
+    log.info("%s: members combined over bytes: %s (docs/byte_level.md)", plan.method, reason)
+    prune = run.method.byte_options.get("prune", DEFAULT_PRUNE)
+    loaded = {} if loaded is None else loaded
+    members = []
+    for path, tokenizer, device, dtype in zip(paths, tokenizers, run.devices, run.dtypes):
+        key = ("bytes", path, device, dtype, run.kernels, prune)
+        if key not in loaded:
+            loaded[key] = load_byte_member(path, tokenizer, device, dtype, run.kernels, prune)
+        members.append(loaded[key])
+    draft_bytes = run.method.byte_options.get("draft_bytes", 12)
+    engine = ByteEngine(members, plan, tokenizers, run.threads, draft_bytes)
+    baseline = None
+    if baseline_plan is not None:
+        n = baseline_plan.n_members
+        baseline = ByteEngine(members[:n], baseline_plan, tokenizers[:n], run.threads, draft_bytes)
     return Built(engine, baseline, tokenizers[0], paths)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..byte_level.loading import BYTE_OPTIONS
 from ..engine import plan_from_kwargs
 from ..plan import DRAFTLESS, FAMILIES, REGISTRY, TREE_LOOPS, Plan, default_schedule, ignored_bonus, parse_tree
 from ..sampling import SamplingParams
@@ -52,6 +53,8 @@ class MethodSpec:
     members: list[str | None]
     roles: list[str]  # the config key of each member, for messages: method.model, method.extra_model[1]
     plan_kwargs: dict
+    byte_level: bool | str = "auto"  # auto | true | false (cos.byte_level.loading.byte_level_reason)
+    byte_options: dict = field(default_factory=dict)  # prune, draft_bytes: set, they apply over bytes only
 
     def plan(self) -> Plan:
         return plan_from_kwargs(self.method, len(self.members), **self.plan_kwargs)
@@ -116,7 +119,18 @@ def method_spec(m: Mapping) -> MethodSpec:
         else:
             roles.append(f"method.{keys[1]}")
         members += list(extras)
-    return MethodSpec(name, members, roles, _plan_kwargs(name, m))
+    byte_level = m.get("byte_level", "auto")
+    if byte_level not in ("auto", True, False):
+        raise ValueError(f"method.byte_level must be auto, true or false, got {byte_level!r}")
+    byte_options = {key: m[key] for key in BYTE_OPTIONS if m.get(key) is not None}
+    if "prune" in byte_options and (isinstance(byte_options["prune"], bool) or
+                                    not isinstance(byte_options["prune"], (int, float)) or
+                                    not 0 <= byte_options["prune"] < 1):
+        raise ValueError(f"method.prune must be a number in [0, 1) (0 keeps every tokenization: exact), "
+                         f"got {byte_options['prune']!r}")
+    if "draft_bytes" in byte_options:
+        _int("method.draft_bytes", byte_options["draft_bytes"], 1)
+    return MethodSpec(name, members, roles, _plan_kwargs(name, m), byte_level, byte_options)
 
 
 def _plan_kwargs(name: str, m: Mapping) -> dict:
@@ -236,6 +250,8 @@ def run_config(cfg: Mapping) -> RunConfig:
         baseline.plan()
     backend = check_backend(cfg.get("backend", "hf"))
     vllm_options = {}
+    if backend == "vllm" and spec.byte_level is True:
+        raise ValueError("method.byte_level=true: members over bytes run on backend=hf only; set backend=hf")
     if backend == "vllm":  # what vLLM cannot express fails here, before any model loads
         vllm_options = check_vllm_runtime(cfg)
         spec = check_vllm_method(spec, cfg["method"].get("schedule"))

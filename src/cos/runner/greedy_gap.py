@@ -35,9 +35,9 @@ def log_r_gap(engine, prompt_ids: list[int], tokens: list[int], i: int, ours: in
 
 def record_gap(engine, prompt_ids: list[int], record: dict) -> float | None:
     """The gap at a record's first greedy difference; None where one output ends there (no token to
-    compare) or the standard engine is not a HF engine (backend=vllm)."""
+    compare) or the standard engine is not a HF engine (backend=vllm) or runs over bytes (no token logits)."""
     i, ours, theirs = record["first_difference"], record["token_ids"], record["baseline"]["token_ids"]
-    if i >= min(len(ours), len(theirs)) or not hasattr(engine, "members"):
+    if i >= min(len(ours), len(theirs)) or not hasattr(engine, "members") or getattr(engine, "byte_level", False):
         return None
     return round(log_r_gap(engine, prompt_ids, theirs, i, ours[i], theirs[i]), 5)
 

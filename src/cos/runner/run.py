@@ -14,6 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..datasets import get_dataset
+from ..tokens import encode_text as encode  # noqa: F401 (case.py, greedy_gap.py)
 from ..datasets.base import resolve_size
 from .build import Built, build_engines, check_before_loading
 from .compare import compare_tokens, difference_message
@@ -51,17 +52,6 @@ def load_examples(adapter, dataset: Mapping, seed: int) -> list:
     if not examples:
         raise ValueError(f"dataset {dataset['name']} selected no prompts: check dataset.path and dataset.size")
     return examples
-
-
-def encode(tokenizer, text: str, chat_template: bool, max_prompt_len: int) -> list[int]:
-    """Prompt text -> ids (chat template on request; only the last max_prompt_len tokens when > 0)."""
-    if chat_template:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]  # the template holds the special tokens
-    else:
-        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-    return ids[-max_prompt_len:] if max_prompt_len > 0 else ids
 
 
 def generation_options(run: RunConfig, default_max: int, stop, seed: int) -> dict:
@@ -108,7 +98,7 @@ def generate_pair(built: Built, ids: list[int], options: dict) -> dict:
 def run_prompt(built: Built, run: RunConfig, adapter, example, index: int, ids: list[int], options: dict) -> dict:
     """One prompt: baseline (if any) then the method, back to back; scored; one record."""
     record = {"id": example.id, "index": index, "backend": run.backend, "prompt": example.prompt,
-              "prompt_tokens": len(ids), **generate_pair(built, ids, options)}
+              "prompt_tokens": built.prompt_tokens(ids), **generate_pair(built, ids, options)}
     record["score"] = adapter.score(example, record["output"])
     base = record.get("baseline")
     if base is not None:
@@ -143,7 +133,7 @@ def run_dataset(cfg: Mapping, out_dir: Path, on_record: Callable[[dict], None] |
         built = build_engines(run, paths=paths, loaded=loaded)
         try:
             chat, cut = run.dataset["chat_template"], run.max_prompt_len
-            encoded = lambda ex: encode(built.tokenizer, ex.prompt, chat, cut)  # noqa: E731
+            encoded = lambda ex: built.encode(ex.prompt, chat, cut)  # noqa: E731
             opts = lambda i: generation_options(run, adapter.max_new_tokens, adapter.stop_strings, run.seed + i)
             if run.warmup:
                 warm_up(built, encoded(todo[0][1]), opts(0), run.warmup)

@@ -15,6 +15,7 @@ SCHEMA: dict = {
         "name": None, "model": None, "extra_model": None, "amateur_model": None, "draft_model": None,
         "lambda": None, "weights": None, "alpha": None, "plausibility": None, "combination": ANY,
         "gamma": None, "proposer": None, "bonus": None, "draft_threshold": None, "schedule": None, "tree": ANY,
+        "byte_level": None, "prune": None, "draft_bytes": None,
         "generate": {"temperature": None, "top_p": None, "top_k": None, "max_tokens": None},
     },
     "max_prompt_len": None, "seed": None, "device": None, "dtype": None, "threads": None, "compile": None, "kernels": None, "save_path": None,

@@ -26,7 +26,8 @@ def record_stats(generation, seconds_e2e: float) -> dict:
         "predicted_speedup": s["predicted_speedup"], "stop_reason": s["stop_reason"],
         "gamma": s["gamma"], "proposer": s["proposer"], "bonus": s["bonus"], "draft_threshold": s["draft_threshold"],
         "schedule": s["schedule"], "tree": s["tree"], "weights": s["weights"], "members": s["members"],
-        "row_invariance": s["row_invariance"],
+        "row_invariance": s["row_invariance"], "bytes": s["new_bytes"], "bytes_per_second": s["bytes_per_second"],
+        **({"byte_level": s["byte_level"]} if s["byte_level"] else {}),
     }
 
 
@@ -47,6 +48,17 @@ def total_stats(records: list[dict], method: str) -> GenerationStats:
                            tree=first.get("tree", ""), weights=first.get("weights", []), members=members)
 
 
+def byte_level_totals(records: list[dict]) -> dict | None:
+    """Over bytes: the pruned mass per byte of each member (a bound on what pruning changed) and revivals."""
+    rows = [r["byte_level"] for r in records if r.get("byte_level")]
+    if not rows:
+        return None
+    n_bytes = max(1, sum(r.get("bytes", 0) for r in records))
+    pruned = [sum(row["pruned"][i] for row in rows) / n_bytes for i in range(len(rows[0]["pruned"]))]
+    return {"prune": rows[0]["prune"], "pruned_per_byte": pruned,
+            "revived": [sum(row["revived"][i] for row in rows) for i in range(len(pruned))]}
+
+
 def summarize(records: list[dict], *, method: str, quality: dict, selected: int, info: dict) -> dict:
     """The summary of the records of one selection (`selected` prompts; complete when all are done)."""
     summary = {**info, "method": method, "prompts": len(records), "selected": selected,
@@ -62,6 +74,8 @@ def summarize(records: list[dict], *, method: str, quality: dict, selected: int,
         "e2e_seconds": sum(r["e2e_time"] for r in records),
         "tokens_per_second": totals.tokens_per_second,
         "tokens_per_second_mean": sum(rates) / len(rates),
+        "bytes_per_second": sum(r.get("bytes", 0) for r in records) / totals.wall_seconds if totals.wall_seconds else 0.0,
+        "byte_level": byte_level_totals(records),
         "rounds": totals.rounds,
         "drafted": totals.drafted,
         "accepted": totals.accepted,
@@ -119,6 +133,11 @@ def summary_lines(s: dict) -> list[str]:
         if s.get("row_invariance"):
             lines.append(f"verify rows are not bitwise one-token steps' rows here ({s['row_invariance']}): "
                          f"a difference at a near-tie is rounding, not the method")
+    b = s.get("byte_level")
+    if b:
+        lines.append(f"over bytes (members' tokenizers differ): {s['bytes_per_second']:.2f} bytes/s; tokens counted in "
+                     f"the first member's tokenizer; pruned mass per byte {', '.join(f'{x:.1e}' for x in b['pruned_per_byte'])}"
+                     f" (prune {b['prune'][0]:g}), revivals {b['revived']}")
     load = s.get("load")
     if load and load.get("busy"):
         from ..machine import Load
