@@ -141,7 +141,8 @@ def test_runner_over_bytes_with_compare_and_resume(model_root, tmp_path, monkeyp
     data.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def the tin {i}"}) + "\n" for i in range(3)))
     overrides = ["method=we_chef", "dataset.name=jsonl", f"dataset.path={data}", "dtype=float32",
                  "method.model=tiny-expert", "method.extra_model=tiny-merged", "method.generate.temperature=0",
-                 "method.generate.max_tokens=12", "progress=false", "compare_with=we", "method.draft_bytes=6"]
+                 "method.generate.max_tokens=12", "progress=false", "compare_with=we", "method.draft_bytes=6",
+                 "method.schedule=fixed"]  # fixed: drafts every round (adaptive may measure naive steps faster)
     out = tmp_path / "run"
     assert dataset_main(composed(overrides), out) == 0
     records = read_records(out / "results.jsonl")
@@ -168,3 +169,18 @@ def test_runner_refuses_byte_options_on_one_tokenizer_before_loading(model_root,
     assert "apply over bytes only" in capsys.readouterr().err
     assert dataset_main(composed(base + ["method.extra_model=tiny-merged", "method.byte_level=maybe"]), tmp_path / "b") == 2
     assert "byte_level must be" in capsys.readouterr().err
+
+
+def test_main_case_over_bytes(model_root, tmp_path, monkeypatch, capsys):
+    from test_runner import run_script
+
+    monkeypatch.setenv("MODEL_PATH", str(model_root))
+    code = run_script("main_case", ["input='def the tin'", "method=cd_chef", "method.model=tiny-expert",
+                                    "method.amateur_model=tiny-merged", "dtype=float32", "method.generate.temperature=0",
+                                    "method.generate.max_tokens=8", "compare_with=cd", f"save_path={tmp_path / 'case'}"],
+                      monkeypatch)
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "bytes_per_second" in printed and "greedy identical: True" in printed
+    case = json.loads((tmp_path / "case" / "case.json").read_text())
+    assert case["identical"] is True and case["bytes"] == len(case["token_ids"]) > 0

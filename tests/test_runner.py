@@ -278,7 +278,7 @@ def test_first_difference_and_its_report():
 def test_encode_chat_template_and_max_prompt_len(model_root):
     from transformers import AutoTokenizer
 
-    from cos.runner.run import encode
+    from cos.tokens import encode_text as encode
 
     tok = AutoTokenizer.from_pretrained(model_root / "tiny-expert")
     assert encode(tok, "hello world", False, -1) == list(b"hello world")  # byte-level: one id per byte

@@ -120,7 +120,6 @@ def run(args) -> None:
     from .busy import competitor
 
     members, tokenizers = load_members(args)
-    byte_engines = engines(args, members, tokenizers)
     names = list(args.methods) + ([f"alone_{i}" for i in range(len(members))] if args.alone else [])
     table = []
     with competitor("steady" if args.busy else "quiet"):
@@ -128,6 +127,9 @@ def run(args) -> None:
             _, examples = common.load_examples(dataset, args.prompts, args.data_root)
             prompts = [[tok(ex.prompt)["input_ids"] for tok in tokenizers] for ex in examples]
             for temperature in args.temperatures:
+                # fresh engines per cell, as a run has: a measured choice of rounds made at T = 1 on HumanEval
+                # would otherwise carry its stale rates into the next cell
+                byte_engines = engines(args, members, tokenizers)
                 table += measure_cell(args, dataset, temperature, prompts, names, members, byte_engines)
     cols = ["dataset", "temperature", "config", "bytes_per_s", "vs_standard", "round_kinds", "forwards_per_byte",
             "seconds_per_forward", "bytes_per_round", "pruned_per_byte", "others_cores"]
@@ -146,8 +148,9 @@ def measure_cell(args, dataset: str, temperature: float, prompts, names, members
             return [token_level(members[k], ids[k], args.max_bytes, temperature, s) for ids, s in zip(prompts, seeds)]
         return [byte_level(byte_engines[name], ids, args, temperature, s) for ids, s in zip(prompts, seeds)]
 
-    for name in args.methods:  # warm-up: kernels, first-call costs, the first measurements of each kind of round
-        byte_level(byte_engines[name], prompts[0], args, temperature, 0)
+    for name in args.methods:  # warm-up on every prompt: first-call costs, and each engine's first measurements
+        for ids in prompts:     # of its kinds of round (a run's engine has measured them over its earlier prompts)
+            byte_level(byte_engines[name], ids, args, temperature, 0)
     results = common.interleaved(names, args.repeats, measure)
     load = meter.stop().as_dict()
     speeds = {name: statistics.median(sum(r["bytes"] for r in rows) / sum(r["seconds"] for r in rows)

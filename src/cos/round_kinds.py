@@ -40,11 +40,13 @@ class KindChoice:
     `observe(...)` after every round."""
 
     def __init__(self, kinds: Sequence[str], schedules: Mapping[str, Schedule] | None = None,
-                 decay: float = DECAY) -> None:
+                 decay: float = DECAY, warm_rounds: int = WARM_ROUNDS) -> None:
         """kinds: in order of preference on a tie, and of first measurement. schedules: the draft
-        lengths of a kind that has its own (we_mix_sd's CoS episodes), started and finished with this."""
+        lengths of a kind that has its own (we_mix_sd's CoS episodes), started and finished with this.
+        warm_rounds: a kind's first rounds not counted (fewer where nothing is compiled or probed first)."""
         self.kinds = tuple(kinds)
         self.decay = decay
+        self.warm_rounds = warm_rounds
         self.schedules = dict(schedules or {})
         self.sums = {kind: [0.0, 0.0, 0.0] for kind in kinds}  # decayed [tokens, seconds, rounds] of warm rounds
         self.rounds = 0  # over the engine's life
@@ -95,7 +97,7 @@ class KindChoice:
         self.last_run[kind] = self.rounds
         self.last_clock[kind] = self.clock
         self.chosen[kind] += 1
-        if self.runs[kind] > WARM_ROUNDS:
+        if self.runs[kind] > self.warm_rounds:
             sums = self.sums[kind]
             for i, value in enumerate((tokens, seconds, 1.0)):
                 sums[i] = self.decay * sums[i] + value

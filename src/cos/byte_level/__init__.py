@@ -1,8 +1,8 @@
 """Byte-level members: models with different tokenizers combined exactly over bytes (docs/byte_level.md)."""
 
-from .member import ByteMember, ByteStats
-from .generate import ByteGeneration, generate_naive, generate_speculative
 from .combined import combined_law, combined_rows
+from .generate import ByteGeneration, generate_naive, generate_speculative
+from .member import ByteMember, ByteStats
 from .vocabulary import END, N_SYMBOLS, TokenBytes
 
 __all__ = ["ByteGeneration", "ByteMember", "ByteStats", "END", "N_SYMBOLS", "TokenBytes", "combined_law",

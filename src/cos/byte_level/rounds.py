@@ -27,8 +27,8 @@ from ..acceptance import NO_TOKEN, verify_block
 from ..combination import Combination
 from ..round_kinds import KindChoice
 from ..sampling import SamplingParams, pick
-from .member import ByteMember
 from .combined import combined_law, combined_rows
+from .member import ByteMember
 from .stopping import ByteStopper
 
 NAIVE = "naive"
@@ -103,26 +103,41 @@ class DecodeCounts:
 def decode(members: Sequence[ByteMember], combination: Combination, stopper: ByteStopper, params: SamplingParams,
            generator: torch.Generator | None, kinds: KindChoice | Sequence[str], lengths: DraftLengths) -> DecodeCounts:
     """Rounds until `stopper` ends the text (members started). kinds: a KindChoice (measured), or a fixed
-    cycle of kinds (tests: "naive", "draft:0", ...)."""
+    cycle of kinds (tests: "naive", "draft:0", ...). Under a measured choice a naive round is an episode of
+    up to `lengths.most` naive steps, so that its rate is measured over as many bytes as a draft's (a naive
+    step costs a forward where some tokenization ends and nearly nothing inside a token: over one byte its
+    rate is noise)."""
     counts = DecodeCounts()
+    measured = isinstance(kinds, KindChoice)
     while not stopper.done:
-        kind = kinds.choose() if isinstance(kinds, KindChoice) else kinds[counts.rounds % len(kinds)]
+        kind = kinds.choose() if measured else kinds[counts.rounds % len(kinds)]
         drafter = drafting(kind)
         started = time.perf_counter()
         if drafter is None:
-            result = naive_round(members, combination, params, generator)
+            taken = naive_episode(members, combination, stopper, params, generator, lengths.most if measured else 1)
         else:
             result = speculative_round(members, combination, params, generator, drafter,
                                        lengths.length(drafter, stopper.room))
             lengths.observe(drafter, result.accepted)
-        taken = commit(members, stopper, result.symbols)
-        if isinstance(kinds, KindChoice):
+            taken = commit(members, stopper, result.symbols)
+            counts.drafted += result.drafted
+            counts.accepted += result.accepted
+        if measured:
             kinds.observe(kind, taken, time.perf_counter() - started)
         counts.rounds += 1
-        counts.drafted += result.drafted
-        counts.accepted += result.accepted
         counts.kinds[kind] = counts.kinds.get(kind, 0) + 1
     return counts
+
+
+def naive_episode(members: Sequence[ByteMember], combination: Combination, stopper: ByteStopper,
+                  params: SamplingParams, generator: torch.Generator | None, steps: int) -> int:
+    """Up to `steps` naive steps, each committed; how many symbols the stopper took."""
+    taken = 0
+    for _ in range(steps):
+        taken += commit(members, stopper, naive_round(members, combination, params, generator).symbols)
+        if stopper.done:
+            break
+    return taken
 
 
 def commit(members: Sequence[ByteMember], stopper: ByteStopper, symbols: Sequence[int]) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 from .build import build_engines
 from .config import run_config
 from .results import prepare_output
-from .run import encode, generate_pair, generation_options, warm_up
+from .run import generate_pair, generation_options, warm_up
 
 CASE_MAX_TOKENS = 128  # when method.generate.max_tokens is null
 
@@ -36,16 +36,17 @@ def run_case(cfg: Mapping, out_dir: Path, model_path: str | None = None, loaded:
 
 
 def _generate_case(built, run, text: str, stop: list[str], out_dir: Path) -> dict:
-    ids = encode(built.tokenizer, text, run.dataset["chat_template"], run.max_prompt_len)
+    ids = built.encode(text, run.dataset["chat_template"], run.max_prompt_len)
     options = generation_options(run, CASE_MAX_TOKENS, stop, run.seed)
     if run.warmup:
         warm_up(built, ids, options, run.warmup)
-    result: dict = {"input": text, "backend": run.backend, "prompt_tokens": len(ids),
+    result: dict = {"input": text, "backend": run.backend, "prompt_tokens": built.prompt_tokens(ids),
                     "method": built.engine.plan.method, **generate_pair(built, ids, options)}
     print(result["output"])
     print("-" * 60)
-    for key in ("method", "prompt_tokens", "tokens", "time", "tokens_per_second", "rounds", "drafted", "accepted",
-                "acceptance_rate", "mean_acceptance_length", "cost_ratio", "predicted_speedup", "stop_reason"):
+    for key in ("method", "prompt_tokens", "tokens", "time", "tokens_per_second", "bytes_per_second", "rounds",
+                "drafted", "accepted", "acceptance_rate", "mean_acceptance_length", "cost_ratio", "predicted_speedup",
+                "stop_reason"):
         print(f"{key:>24}: {_show(result[key])}")
     if built.baseline is not None:
         b = result["baseline"]

@@ -52,7 +52,7 @@ def fill_gaps(out_dir: Path, loaded: dict | None = None) -> int:
     it; returns how many gaps were added."""
     from .build import build_engines, check_before_loading  # the runner's loader, imported when needed
     from .config import run_config
-    from .run import encode
+    from ..tokens import encode_text as encode
 
     records = read_records(out_dir / RESULTS)
     todo = missing(records)

@@ -14,7 +14,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..datasets import get_dataset
-from ..tokens import encode_text as encode  # noqa: F401 (case.py, greedy_gap.py)
 from ..datasets.base import resolve_size
 from .build import Built, build_engines, check_before_loading
 from .compare import compare_tokens, difference_message
