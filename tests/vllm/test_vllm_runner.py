@@ -13,7 +13,7 @@ from vllm_cases import GREEDY, KV_CACHE_BYTES, assert_greedy_equal
 
 from cos.loading import load_tokenizer
 from cos.runner.cli import case_main, dataset_main, plain
-from cos.runner.run import encode
+from cos.tokens import encode_text as encode
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 PROMPTS = ["Hello, world", "def fib(n):", "The quick brown fox", "1 + 1 =", "Once upon a time"]
