@@ -18,8 +18,8 @@ import torch
 
 from .byte_level.loading import BYTE_OPTIONS, byte_level_reason
 from .kv_cache import is_static
-from .loading import (check_before_weights, check_device, check_model_path, check_vocabularies, load_member,
-                      load_tokenizer, resolve_dtype)
+from .loading import (check_before_weights, check_model_path, check_vocabularies, load_member, load_tokenizer,
+                      per_member_placement)
 from .member import Member
 from .methods.alternate import AlternateLoop
 from .methods.kinds import KindsLoop
@@ -133,14 +133,7 @@ class Engine:
         byte_options = {key: method_kwargs.pop(key) for key in BYTE_OPTIONS if key in method_kwargs}
         plan = plan_from_kwargs(method, len(paths), **method_kwargs)
         paths = [check_model_path(p) for p in paths]
-        devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
-        dtypes = dtype if isinstance(dtype, (list, tuple)) else [dtype] * len(paths)
-        for dv, dt in zip(devices, dtypes):
-            check_device(dv)
-            resolve_dtype(dt)
-        if len(devices) != len(paths) or len(dtypes) != len(paths):
-            raise ValueError(f"device and dtype take one value or one per member ({len(paths)}), "
-                             f"got {len(devices)} and {len(dtypes)}")
+        devices, dtypes = per_member_placement(device, dtype, len(paths))
         tokenizers = [load_tokenizer(p) for p in paths]
         reason = byte_level_reason(byte_level, paths, tokenizers)
         if reason is not None:

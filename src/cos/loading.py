@@ -71,6 +71,19 @@ def check_before_weights(paths: Sequence[str],
     return None if None in sizes.values() else next(iter(sizes.values()), None)
 
 
+def per_member_placement(device, dtype, n: int) -> tuple[list, list]:
+    """device / dtype: one value or one per member -> one per member, each checked before any weights load."""
+    devices = list(device) if isinstance(device, (list, tuple)) else [device] * n
+    dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype] * n
+    for dv, dt in zip(devices, dtypes):
+        check_device(dv)
+        resolve_dtype(dt)
+    if len(devices) != n or len(dtypes) != n:
+        raise ValueError(f"device and dtype take one value or one per member ({n}), "
+                         f"got {len(devices)} and {len(dtypes)}")
+    return devices, dtypes
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """'auto' -> cuda if available, else cpu."""
     if str(device) == "auto":

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from ..engine import Generation, plan_from_kwargs
-from ..loading import check_device, check_model_path, load_tokenizer, resolve_dtype
+from ..loading import check_model_path, load_tokenizer, per_member_placement
 from ..plan import DRAFTLESS, LOOPS, Plan, default_schedule
 from ..round_kinds import KindChoice
 from ..sampling import SamplingParams
@@ -89,11 +89,7 @@ class ByteEngine:
             method_kwargs.setdefault("schedule", default_schedule(method_kwargs.get("tree")))
         plan = check_plan(plan_from_kwargs(method, len(paths), **method_kwargs))
         paths = [check_model_path(p) for p in paths]
-        devices = device if isinstance(device, (list, tuple)) else [device] * len(paths)
-        dtypes = dtype if isinstance(dtype, (list, tuple)) else [dtype] * len(paths)
-        for dv, dt in zip(devices, dtypes):
-            check_device(dv)
-            resolve_dtype(dt)
+        devices, dtypes = per_member_placement(device, dtype, len(paths))
         if not 0.0 <= prune < 1.0:
             raise ValueError(f"prune must be in [0, 1) (0 keeps every tokenization: exact), got {prune}")
         tokenizers = list(tokenizers) if tokenizers is not None else [load_tokenizer(p) for p in paths]
