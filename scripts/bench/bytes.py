@@ -48,7 +48,9 @@ def add_args(ap) -> None:
     ap.add_argument("--busy", action="store_true", help="a process spins (while True: pass) for the whole run")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="auto",
+                    help="auto (the engines' default: measured per member, 1 thread where another process "
+                         "competes) or an int (fixed: under --busy a fixed 2 cost 25-60x per forward here)")
     ap.add_argument("--out", default=None, help="jsonl rows, appended as produced")
     common.data_args(ap)
 
@@ -59,7 +61,9 @@ def load_members(args):
 
     from cos.byte_level.loading import load_byte_member
 
-    torch.set_num_threads(args.threads)
+    args.threads = common.threads_option(args.threads)
+    if isinstance(args.threads, int):
+        torch.set_num_threads(args.threads)
     members, tokenizers = [], []
     for name in args.members:
         path = common.model_dir(name)
@@ -167,7 +171,7 @@ def measure_cell(args, dataset: str, temperature: float, prompts, names, members
         row = {
             "dataset": dataset, "temperature": temperature, "config": name, "members": args.members,
             "prune": args.prune, "proposer": args.proposer, "schedule": args.schedule, "draft_bytes": args.draft_bytes,
-            "busy": args.busy, "bytes_per_s": round(speeds[name], 2),
+            "busy": args.busy, "threads": args.threads, "bytes_per_s": round(speeds[name], 2),
             "vs_standard": round(speeds[name] / standard, 3) if standard and not name.startswith("alone") else None,
             "round_kinds": kinds,
             "forwards_per_byte": [round(sum(r["forwards"][j] for r in rows) / max(n_bytes, 1), 3)
