@@ -7,7 +7,11 @@ the OS has parked for another process holds the whole forward for a time slice. 
 auto: per kind of call (a member's decode forwards; its prefill), it keeps a moving average of the
 seconds a call takes with each candidate count (all cores, and 1), uses the faster, and now and then
 runs one call with the other count to notice a change of load; the interval doubles while the choice
-keeps winning (8 -> 128 calls) and resets when the chosen count's time jumps (load arrived). A single
+keeps winning (8 -> 128 calls), and is never shorter than keeps a losing probe's extra seconds within
+PROBE_SHARE of the calls between probes (under a competitor a 2-thread forward with the kernels waits on
+its parked thread in every parallel region: 1.5-1.9 s against 0.05-0.1 s on 1 thread, 2-core Xeon, so a
+probe every 128 calls cost 12% and the byte-level drafts, whose calls are short, more); it resets when
+the chosen count's time jumps (load arrived). A single
 thread's time barely moves when load leaves, so the policy also watches the CPU time other processes
 take (machine.BusyWatch, one read of /proc/stat per second): when the machine turns busy or quiet, the
 averages describe another machine and are dropped, so each count is measured afresh on the next calls. The thread count never changes
@@ -18,6 +22,7 @@ setting alone (members built directly, tests).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -27,6 +32,7 @@ from .machine import BusyWatch, available_cores
 EWMA = 0.3  # weight of the newest call in each moving average
 FIRST_PROBE, LAST_PROBE = 8, 128  # calls between probes of the other count (doubling while it loses)
 JUMP = 1.5  # a call this much slower than its average means the load changed: probe again soon
+PROBE_SHARE = 0.02  # a losing probe's extra seconds, at most this share of the seconds between probes
 
 
 @dataclass
@@ -36,6 +42,7 @@ class _Arm:
     seconds: dict[int, float] = field(default_factory=dict)
     calls: int = 0
     probe_every: int = FIRST_PROBE
+    next_probe: int = FIRST_PROBE - 1  # the call (counted from 0) that runs the other count
 
 
 class ThreadPolicy:
@@ -76,7 +83,7 @@ class ThreadPolicy:
         if untried:
             return untried[0]
         best = min(arm.seconds, key=arm.seconds.get)
-        if arm.calls % arm.probe_every == arm.probe_every - 1:
+        if arm.calls >= arm.next_probe:
             return next(t for t in self.candidates if t != best)
         return best
 
@@ -92,14 +99,23 @@ class ThreadPolicy:
             return
         if threads == best and seconds > JUMP * old:
             arm.probe_every = FIRST_PROBE  # the chosen count slowed down: look at the other one soon
+            arm.next_probe = min(arm.next_probe, arm.calls + FIRST_PROBE - 1)
         elif threads != best:  # a probe: it lost again (probe less often), or it won (look closer)
             lost = seconds > arm.seconds[best]
-            arm.probe_every = min(LAST_PROBE, arm.probe_every * 2) if lost else FIRST_PROBE
+            arm.probe_every = _after_loss(arm.probe_every, seconds, arm.seconds[best]) if lost else FIRST_PROBE
+            arm.next_probe = arm.calls + arm.probe_every - 1
         arm.seconds[threads] = (1 - EWMA) * old + EWMA * seconds
 
     def best(self) -> dict[str, int]:
         """Each kind of call's current choice, for logs: {"member/tokens": threads}."""
         return {"/".join(map(str, k)): min(a.seconds, key=a.seconds.get) for k, a in self.arms.items() if a.seconds}
+
+
+def _after_loss(every: int, probe_seconds: float, best_seconds: float) -> int:
+    """Calls until the next probe after one that lost: twice as many (up to LAST_PROBE), and at least
+    as many as keep its extra seconds within PROBE_SHARE of the calls' seconds between probes."""
+    affordable = (probe_seconds - best_seconds) / (PROBE_SHARE * best_seconds) if best_seconds > 0 else 0.0
+    return max(min(LAST_PROBE, every * 2), math.ceil(affordable))
 
 
 _shared: dict[str, ThreadPolicy] = {}
