@@ -146,6 +146,25 @@ def test_thread_policy_probes_a_far_slower_count_within_its_share_of_the_time():
         torch.set_num_threads(before)
 
 
+def test_thread_policy_reads_no_load_change_from_calls_of_another_size():
+    """A byte-level member mixes one-row steps with 16-row tree forwards (2-3x the seconds): read as
+    load arriving, each would bring a probe of the other count, which under a competitor costs 15-35x."""
+    before = torch.get_num_threads()
+    policy = ThreadPolicy("auto")
+    policy.candidates = [2, 1]
+    cost = {(2, 1): 35.0, (1, 1): 1.0, (2, 16): 40.0, (1, 16): 2.5}
+    try:
+        picks = []
+        for call in range(2000):
+            size = 16 if call % 3 == 0 else 1
+            t = policy.choose(("m",))
+            picks.append(t)
+            policy.observe(("m",), t, cost[t, size], size)
+        assert picks[2:].count(2) <= 3, picks[2:].count(2)
+    finally:
+        torch.set_num_threads(before)
+
+
 class _Flip:
     """A BusyWatch stand-in that reports a change of load when told to."""
 

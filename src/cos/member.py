@@ -142,7 +142,7 @@ class Member:
         out = forward()
         seconds = self._stop_clock(start, n_fed)
         if seconds is not None:
-            self.threads.observe(kind, threads, seconds)
+            self.threads.observe(kind, threads, seconds, n_fed)
             self.costs.observe(n_fed, seconds)
         return out
 

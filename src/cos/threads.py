@@ -43,6 +43,7 @@ class _Arm:
     calls: int = 0
     probe_every: int = FIRST_PROBE
     next_probe: int = FIRST_PROBE - 1  # the call (counted from 0) that runs the other count
+    by_size: dict[tuple[int, int], float] = field(default_factory=dict)  # (threads, call size) -> average (JUMP)
 
 
 class ThreadPolicy:
@@ -87,7 +88,10 @@ class ThreadPolicy:
             return next(t for t in self.candidates if t != best)
         return best
 
-    def observe(self, kind: tuple, threads: int, seconds: float) -> None:
+    def observe(self, kind: tuple, threads: int, seconds: float, size: int | None = None) -> None:
+        """size: the call's length (tokens fed), where calls of one kind differ in it: a load change is
+        read from a call slower than the chosen count's earlier calls of the same size (a 16-row tree
+        forward after one-row steps is not load arriving)."""
         if not self.adaptive:
             return
         arm = self.arms.setdefault(kind, _Arm())
@@ -97,7 +101,10 @@ class ThreadPolicy:
         if old is None:
             arm.seconds[threads] = seconds
             return
-        if threads == best and seconds > JUMP * old:
+        same_size = old if size is None else arm.by_size.get((threads, size))
+        if size is not None:
+            arm.by_size[threads, size] = seconds if same_size is None else (1 - EWMA) * same_size + EWMA * seconds
+        if threads == best and same_size is not None and seconds > JUMP * same_size:
             arm.probe_every = FIRST_PROBE  # the chosen count slowed down: look at the other one soon
             arm.next_probe = min(arm.next_probe, arm.calls + FIRST_PROBE - 1)
         elif threads != best:  # a probe: it lost again (probe less often), or it won (look closer)
