@@ -10,8 +10,8 @@ runs one call with the other count to notice a change of load; the interval doub
 keeps winning (8 -> 128 calls), and is never shorter than keeps a losing probe's extra seconds within
 PROBE_SHARE of the calls between probes (under a competitor a 2-thread forward with the kernels waits on
 its parked thread in every parallel region: 1.5-1.9 s against 0.05-0.1 s on 1 thread, 2-core Xeon, so a
-probe every 128 calls cost 12% and the byte-level drafts, whose calls are short, more); it resets when
-the chosen count's time jumps (load arrived). A single
+probe every 128 calls cost ~12%); it resets when the chosen count's time jumps against its earlier calls
+of the same size (load arrived; a 16-row tree forward after one-row steps is not load). A single
 thread's time barely moves when load leaves, so the policy also watches the CPU time other processes
 take (machine.BusyWatch, one read of /proc/stat per second): when the machine turns busy or quiet, the
 averages describe another machine and are dropped, so each count is measured afresh on the next calls. The thread count never changes
